@@ -1,0 +1,187 @@
+"""generate(): batch layout, EOS handling, reproducibility, and old_logps matching a full forward pass."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model, encode_prompt
+from twinkle_exp.rollout import cache_argument_name, filter_logits, generate
+
+TOK = CharTokenizer()
+PROMPTS = ["1+2=", "hello world", "", "abc"]
+
+
+def tiny_model(seed: int = 0) -> TinyCausalLM:
+    torch.manual_seed(seed)
+    return TinyCausalLM(TOK.vocab_size, d_model=32, n_layers=2, n_heads=4, max_seq_len=64).eval()
+
+
+class EosAtPosition(nn.Module):
+    """Forces EOS as the token at absolute position ``stop`` and nowhere before, so the stopping step is
+    known in advance; the EOS logit is a function of position_ids, so a full forward pass agrees."""
+
+    def __init__(self, inner: nn.Module, stop: int):
+        super().__init__()
+        self.inner, self.stop = inner, stop
+
+    def forward(
+        self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False
+    ):
+        kwargs = {} if past_key_values is None else {cache_argument_name(self.inner): past_key_values}
+        out = self.inner(
+            input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=use_cache, **kwargs
+        )
+        cache = getattr(out, "cache", None)
+        cache = out.past_key_values if cache is None else cache
+        # logits at position p predict the token at p + 1
+        eos_logit = torch.where(position_ids >= self.stop - 1, 100.0, -100.0)  # [B, T]
+        logits = out.logits.clone()
+        logits[..., TOK.eos_token_id] = eos_logit
+        return SimpleNamespace(logits=logits, past_key_values=cache)
+
+
+def full_forward_logps(model, batch, temperature: float) -> torch.Tensor:  # [N, P + C]
+    logits = model(
+        batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
+    ).logits
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)[:, :-1]
+    per_token = logp.gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
+    return torch.cat([torch.zeros_like(per_token[:, :1]), per_token], dim=1)
+
+
+def test_batch_layout_is_consistent():
+    g = torch.Generator().manual_seed(0)
+    b = generate(tiny_model(), TOK, PROMPTS, group_size=3, max_new_tokens=6, generator=g)
+    n = len(PROMPTS) * 3
+    encoded = [encode_prompt(TOK, p) for p in PROMPTS]
+    p = max(map(len, encoded))
+    assert b.input_ids.shape == b.attention_mask.shape == b.labels.shape == b.old_logps.shape
+    assert b.input_ids.shape[0] == n and b.input_ids.shape[1] == p + 6
+    assert b.old_logps.dtype == torch.float32
+    assert b.prompt_index.tolist() == [i for i in range(len(PROMPTS)) for _ in range(3)]
+    on = b.labels != -100
+    assert (b.labels[:, :p] == -100).all()
+    assert (b.attention_mask[:, p:].bool() == on[:, p:]).all()
+    assert (b.input_ids[on] == b.labels[on]).all()
+    assert (b.old_logps[~on] == 0).all() and (b.old_logps[on] < 0).all()
+    assert b.completion_lengths.tolist() == on.sum(-1).tolist()
+    expected_pos = (b.attention_mask.cumsum(-1) - 1).clamp(min=0) * b.attention_mask
+    assert torch.equal(b.position_ids, expected_pos)
+    for row in range(n):
+        prompt = encoded[row // 3]
+        assert b.input_ids[row, p - len(prompt) : p].tolist() == prompt
+        assert b.attention_mask[row, : p - len(prompt)].sum() == 0
+        assert b.completions[row] == TOK.decode(b.completion_ids[row])
+        n_eos = int(not b.truncated[row])
+        assert len(b.completion_ids[row]) == b.completion_lengths[row] - n_eos
+
+
+def make_model(kind: str) -> nn.Module:
+    return tiny_model() if kind == "tiny" else build_tiny_hf_model(TOK.vocab_size).eval()
+
+
+@pytest.mark.parametrize("kind", ["tiny", "hf"])
+def test_eos_stops_and_pads_after(kind):
+    # Prompt lengths with BOS: 5, 12, 1, 4 -> EOS at position 8 leaves 3, 1 (EOS at once), 7, 4 tokens + EOS.
+    model = EosAtPosition(make_model(kind), stop=8)
+    b = generate(model, TOK, PROMPTS, max_new_tokens=10)
+    assert b.truncated.tolist() == [False] * 4
+    assert b.completion_lengths.tolist() == [4, 1, 8, 5]
+    assert b.input_ids.shape[1] == 12 + 8  # stopped early: no column after the last EOS
+    assert [len(c) for c in b.completion_ids] == [3, 0, 7, 4]
+    assert b.completions[1] == ""
+    p = 12
+    for row, length in enumerate(b.completion_lengths.tolist()):
+        assert b.labels[row, p + length - 1] == TOK.eos_token_id
+        assert TOK.eos_token_id not in b.completion_ids[row]
+        assert (b.input_ids[row, p + length :] == TOK.pad_token_id).all()
+        assert (b.attention_mask[row, p + length :] == 0).all()
+        assert (b.labels[row, p + length :] == -100).all()
+    on = b.labels != -100
+    torch.testing.assert_close(b.old_logps[on], full_forward_logps(model, b, 1.0)[on], atol=1e-4, rtol=0)
+
+
+def test_truncated_when_no_eos():
+    b = generate(EosAtPosition(tiny_model(), stop=8), TOK, PROMPTS, max_new_tokens=3)
+    # Row 0 would emit EOS as its 4th token: 3 tokens without EOS still count as truncated.
+    assert b.truncated.tolist() == [True, False, True, True]
+    assert b.completion_lengths.tolist() == [3, 1, 3, 3]
+    assert b.input_ids.shape[1] == 12 + 3
+    assert [len(c) for c in b.completion_ids] == [3, 0, 3, 3]
+    assert b.labels[1, 12] == TOK.eos_token_id and not (b.labels[[0, 2, 3]] == TOK.eos_token_id).any()
+
+
+def test_seeded_sampling_is_reproducible():
+    model = tiny_model()
+    kw = dict(group_size=2, max_new_tokens=8, temperature=0.9, top_p=0.95)
+    a = generate(model, TOK, PROMPTS, generator=torch.Generator().manual_seed(7), **kw)
+    b = generate(model, TOK, PROMPTS, generator=torch.Generator().manual_seed(7), **kw)
+    c = generate(model, TOK, PROMPTS, generator=torch.Generator().manual_seed(8), **kw)
+    assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.old_logps, b.old_logps)
+    assert not torch.equal(a.input_ids, c.input_ids)
+
+
+def test_greedy_equals_argmax():
+    model = tiny_model()
+    b = generate(model, TOK, PROMPTS, group_size=2, max_new_tokens=6, greedy=True, temperature=0.3)
+    logits = model(b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids).logits
+    on = (b.labels != -100)[:, 1:]
+    assert torch.equal(logits[:, :-1].argmax(-1)[on], b.labels[:, 1:][on])
+    assert torch.equal(b.input_ids[0::2], b.input_ids[1::2])  # greedy: a group's samples are identical
+    # greedy records temperature-1 log-probs whatever temperature was passed
+    on = b.labels != -100
+    torch.testing.assert_close(b.old_logps[on], full_forward_logps(model, b, 1.0)[on], atol=1e-4, rtol=0)
+
+
+def test_top_k_one_is_greedy():
+    model = tiny_model()
+    greedy = generate(model, TOK, PROMPTS, max_new_tokens=5, greedy=True)
+    sampled = generate(
+        model, TOK, PROMPTS, max_new_tokens=5, top_k=1, generator=torch.Generator().manual_seed(0)
+    )
+    assert torch.equal(greedy.input_ids, sampled.input_ids)
+
+
+def test_filter_logits():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isinf(filter_logits(logits, 2, 1.0)).tolist() == [[False, False, True, True]]
+    assert torch.isinf(filter_logits(logits, 0, 0.7)).tolist() == [[False, False, True, True]]
+    assert torch.isinf(filter_logits(logits, 0, 0.8)).tolist() == [[False, False, True, True]]
+    assert torch.isinf(filter_logits(logits, 0, 0.81)).tolist() == [[False, False, False, True]]
+    assert torch.isinf(filter_logits(logits, 0, 0.1)).tolist() == [[False, True, True, True]]
+    assert not torch.isinf(filter_logits(logits, 0, 1.0)).any()
+
+
+@pytest.mark.parametrize("kind", ["tiny", "hf"])
+def test_old_logps_match_full_forward(kind):
+    model = EosAtPosition(make_model(kind), stop=9)
+    g = torch.Generator().manual_seed(1)
+    b = generate(
+        model, TOK, PROMPTS, group_size=3, max_new_tokens=8, temperature=0.7, top_k=20, top_p=0.9, generator=g
+    )
+    assert not b.truncated.all() and b.truncated.any()  # the check covers stopped and running rows
+    on = b.labels != -100
+    ref = full_forward_logps(model, b, 0.7)
+    torch.testing.assert_close(b.old_logps[on], ref[on], atol=1e-4, rtol=0)
+    # The tempered distribution is the one recorded: temperature 1 gives different values.
+    assert not torch.allclose(b.old_logps[on], full_forward_logps(model, b, 1.0)[on], atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        (dict(group_size=0), "group_size"),
+        (dict(temperature=0.0), "temperature"),
+        (dict(temperature=-1.0), "temperature"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(top_k=-1), "top_k"),
+        (dict(max_new_tokens=0), "max_new_tokens"),
+    ],
+)
+def test_argument_validation(kwargs, name):
+    args = dict(max_new_tokens=4) | kwargs
+    with pytest.raises(ValueError, match=name):
+        generate(tiny_model(), TOK, ["ab"], **args)
