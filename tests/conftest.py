@@ -3,3 +3,59 @@ from pathlib import Path
 
 # Test helper modules (loss_helpers, ...) live beside the tests.
 sys.path.insert(0, str(Path(__file__).parent))
+
+# --- shared fixtures for the end-to-end tests (CLI, Hydra config, Hugging Face policy) --------------------
+import os  # noqa: E402
+import subprocess  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def twinkle_cache(tmp_path_factory) -> Path:
+    """One warm-start cache for the whole test session, so runs of the same policy and task reuse it."""
+    return tmp_path_factory.mktemp("twinkle_cache")
+
+
+@pytest.fixture(scope="session")
+def cli_env(twinkle_cache, tmp_path_factory) -> dict[str, str]:
+    """Environment of a `python -m twinkle_exp` subprocess: wandb offline and silent, caches under tmp."""
+    wandb_home = tmp_path_factory.mktemp("wandb_home")
+    env = dict(os.environ)
+    env.pop("HYDRA_FULL_ERROR", None)
+    env.update(
+        WANDB_MODE="offline",
+        WANDB_SILENT="true",
+        WANDB_CONFIG_DIR=str(wandb_home / "config"),
+        WANDB_CACHE_DIR=str(wandb_home / "cache"),
+        WANDB_DATA_DIR=str(wandb_home / "data"),
+        TWINKLE_CACHE=str(twinkle_cache),
+    )
+    # Tiny models: on a small shared CPU, intra-op thread pools cost more than they gain (about 2x here).
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+@pytest.fixture
+def run_cli(tmp_path, cli_env):
+    """`run_cli(*overrides)`: `python -m twinkle_exp *overrides` in tmp_path (not the repo) -> CompletedProcess."""
+
+    def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "twinkle_exp", *args],
+            cwd=tmp_path,
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_dir(tmp_path_factory) -> Path:
+    """A random tiny Llama and a character-level fast tokenizer, saved with `save_pretrained` (no download)."""
+    from hf_helpers import save_tiny_hf_policy
+
+    return save_tiny_hf_policy(tmp_path_factory.mktemp("tiny_hf"))

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import II, MISSING
+from omegaconf import II, MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 
 # --- loss: one schema per class, so `loss.tau=0.5` with `loss=grpo` is refused -------------------------
@@ -227,3 +228,29 @@ def register_configs() -> None:
         ("logger", LoggerConfig),
     ]:
         cs.store(group=f"schema/{group}", name="base", node=node)
+
+
+_TYPED_GROUPS = {
+    "reward": RewardConfig,
+    "rollout": RolloutConfig,
+    "advantage": AdvantageConfig,
+    "optim": OptimConfig,
+    "warmup": WarmupConfig,
+    "trainer": TrainerConfig,
+    "logger": LoggerConfig,
+}
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Refuse keys the schemas do not know, including ones added with Hydra's `+key=value`.
+
+    Hydra's struct mode already refuses `trainer.bogus=1`; `+trainer.bogus=1` gets past it, and would be
+    silently ignored. Loss, task and policy options reject unknown keys when they are instantiated.
+    """
+    for group, schema in _TYPED_GROUPS.items():
+        try:
+            OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.to_container(cfg[group], resolve=False))
+        except OmegaConfBaseException as exc:
+            raise ValueError(
+                f"config group '{group}': {exc.msg} (full key: {group}.{exc.full_key})"
+            ) from None

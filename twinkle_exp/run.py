@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.config import check_config
 from twinkle_exp.data import PromptStream
 from twinkle_exp.module import PolicyModule
 from twinkle_exp.rewards import RewardFunction, RewardSet
@@ -53,6 +54,7 @@ def build_module(cfg: DictConfig) -> tuple[PolicyModule, dict[str, Any]]:
 
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Run one experiment; returns the figures of its summary. The job's files go to Hydra's output dir."""
+    check_config(cfg)
     job = JobInfo.from_hydra()
     status = RunStatus(job, cfg)
     loggers: list[Any] = []

@@ -1,0 +1,34 @@
+"""A Hugging Face policy built locally: a character-level fast tokenizer and a random tiny Llama."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+CHARS = [chr(c) for c in range(32, 127)]  # printable ASCII, space included
+
+
+def char_level_hf_tokenizer():
+    """A `PreTrainedTokenizerFast`: one token per printable ASCII character, plus pad/bos/eos/unk."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: i for i, token in enumerate(SPECIALS + CHARS)}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # every character alone
+    backend.decoder = decoders.Fuse()  # join tokens without separators
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<unk>"
+    )
+
+
+def save_tiny_hf_policy(directory: Path) -> Path:
+    """Save the tokenizer and a matching random `LlamaForCausalLM` into `directory`; return it."""
+    from twinkle_exp.models import build_tiny_hf_model
+
+    tokenizer = char_level_hf_tokenizer()
+    model = build_tiny_hf_model(len(tokenizer), max_position_embeddings=64)
+    assert model.config.vocab_size == len(tokenizer) == len(SPECIALS) + len(CHARS)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return Path(directory)

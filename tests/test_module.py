@@ -1,0 +1,177 @@
+"""PolicyModule in-process: one rollout's updates move the policy, never the frozen reference."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import DataLoader
+
+from twinkle_exp import metric_names as M
+from twinkle_exp.data import PromptStream
+from twinkle_exp.loss import GRPOLoss, SAPOLoss
+from twinkle_exp.module import PolicyModule
+from twinkle_exp.policy import tiny_policy
+from twinkle_exp.rewards import RewardFunction, RewardSet
+from twinkle_exp.tasks import AdditionTask
+
+MU, NUM_MINIBATCHES = 2, 2
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # The models here are tiny: on a shared 2-core machine intra-op threads cost ~100x more than they gain.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def digit_fraction(prompts: list[str], completions: list[str], answers: list[str]) -> list[float]:
+    """Share of digits in the completion: a dense reward that differs between random completions."""
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+
+
+def make_cfg() -> dict:
+    return {
+        "rollout": {
+            "prompts_per_step": 4,
+            "group_size": 4,
+            "temperature": 1.0,
+            "top_k": 0,
+            "top_p": 1.0,
+            "max_new_tokens": 8,
+        },
+        "advantage": {"scale": "group", "eps": 1e-6},
+        "optim": {
+            "lr": 1e-3,
+            "weight_decay": 0.0,
+            "betas": [0.9, 0.99],
+            "warmup_steps": 0,
+            "max_grad_norm": 1.0,
+            "mu": MU,
+            "num_minibatches": NUM_MINIBATCHES,
+            "micro_batch_size": None,
+        },
+        "trainer": {"val_every": 10, "val_batch_size": 8, "samples_every": 1000},
+    }
+
+
+def make_module(loss, seed: int = 0) -> PolicyModule:
+    torch.manual_seed(seed)
+    # No warm-start: a random policy sampling at temperature 1 writes random characters, so the digit
+    # fraction differs within a group, the group-relative advantages are non-zero, and every parameter
+    # (embeddings, attention, MLPs, norms, head) gets a non-zero policy-gradient.
+    policy = tiny_policy(d_model=32, n_layers=1, n_heads=2, max_seq_len=32)
+    task = AdditionTask(min_digits=1, max_digits=2, num_validation=8)
+    rewards = RewardSet([RewardFunction("digits", digit_fraction)])
+    return PolicyModule(policy, task, rewards, loss, make_cfg(), seed=seed)
+
+
+def fit_one_rollout(module: PolicyModule, tmp_path) -> list[dict[str, str]]:
+    """Train on one rollout (MU x NUM_MINIBATCHES optimizer steps); returns the rows of metrics.csv."""
+    trainer = L.Trainer(
+        max_steps=MU * NUM_MINIBATCHES,
+        accelerator="cpu",
+        devices=1,
+        logger=CSVLogger(str(tmp_path), name="", version=""),
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        default_root_dir=str(tmp_path),
+    )
+    stream = PromptStream(module.task, module.cfg["rollout"]["prompts_per_step"], seed=0)
+    trainer.fit(module, train_dataloaders=DataLoader(stream, batch_size=None))
+    assert trainer.global_step == MU * NUM_MINIBATCHES
+    for logger in trainer.loggers:
+        logger.save()
+    with open(tmp_path / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def _train_row(rows: list[dict[str, str]]) -> dict[str, float]:
+    [row] = [r for r in rows if r.get(M.LOSS)]
+    return {k: float(v) for k, v in row.items() if v != ""}
+
+
+def _snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def test_one_rollout_moves_every_policy_parameter_and_no_reference_parameter(tmp_path):
+    module = make_module(GRPOLoss(beta=0.1))
+    reference = module.reference
+    assert reference is not None
+    assert all(not p.requires_grad for p in reference.parameters())
+    policy_before, reference_before = _snapshot(module.policy), _snapshot(reference)
+    for name, p in reference.named_parameters():  # the reference starts as an exact copy, in its own memory
+        assert torch.equal(p, policy_before[name])
+        assert p.data_ptr() != dict(module.policy.named_parameters())[name].data_ptr()
+
+    row = _train_row(fit_one_rollout(module, tmp_path))
+
+    assert module.rollouts_done == 1
+    # The precondition of the test: rewards differed within the groups, so the advantages were not all 0.
+    assert row[M.REWARD_STD] > 0 and row[M.ADVANTAGE_ABS_MEAN] > 0, row
+    assert math.isfinite(row[M.LOSS]) and row[M.GRAD_NORM] > 0
+    assert row[M.KL] > 0  # the policy left the reference after the first optimizer step
+    unchanged = [n for n, p in module.policy.named_parameters() if torch.equal(p, policy_before[n])]
+    assert not unchanged, f"policy parameters not updated: {unchanged}"
+    assert module.reference is reference
+    moved = [n for n, p in reference.named_parameters() if not torch.equal(p, reference_before[n])]
+    assert not moved, f"reference parameters changed: {moved}"
+
+
+def test_without_kl_there_is_no_reference_and_training_still_works(tmp_path):
+    module = make_module(GRPOLoss(beta=0.0))
+    assert module.reference is None
+    before = _snapshot(module.policy)
+    row = _train_row(fit_one_rollout(module, tmp_path))
+    assert module.reference is None
+    assert M.KL not in row  # no reference log-probs, so the loss reports no KL
+    assert all(not torch.equal(p, before[n]) for n, p in module.policy.named_parameters())
+
+
+def test_reference_is_not_in_the_state_dict():
+    module = make_module(GRPOLoss(beta=0.1))
+    assert module.reference is not None
+    keys = list(module.state_dict())
+    assert keys and all(k.startswith("policy.") for k in keys), keys
+    assert len(keys) == len(module.policy.state_dict())
+    assert all(p is not q for p in module.parameters() for q in module.reference.parameters())
+    assert len(list(module.parameters())) == len(list(module.policy.parameters()))
+
+
+def test_set_loss_swaps_the_loss_and_builds_the_reference_only_when_needed():
+    module = make_module(GRPOLoss(beta=0.0))
+    assert module.reference is None
+    sapo = SAPOLoss(tau=0.5)
+    module.set_loss(sapo)
+    assert module.loss_fn is sapo and module.loss_fn.tau == 0.5
+    assert module.reference is None  # SAPOLoss's beta is 0 by default
+    module.set_loss(GRPOLoss(beta=0.1))  # before training: the reference is built now
+    reference = module.reference
+    assert reference is not None
+    for (name, p), (_, q) in zip(module.policy.named_parameters(), reference.named_parameters(), strict=True):
+        assert torch.equal(p, q), name
+    module.set_loss(SAPOLoss(tau=0.5, beta=0.2))  # an existing reference is kept, not rebuilt
+    assert module.reference is reference
+    with pytest.raises(ValueError, match="callable"):
+        module.set_loss("grpo")
+
+
+def test_set_loss_with_kl_after_training_started_raises(tmp_path):
+    module = make_module(GRPOLoss(beta=0.0))
+    fit_one_rollout(module, tmp_path)
+    module.set_loss(SAPOLoss(tau=0.5))  # beta = 0: still allowed
+    assert isinstance(module.loss_fn, SAPOLoss)
+    with pytest.raises(ValueError, match="beta > 0"):
+        module.set_loss(GRPOLoss(beta=0.1))
+    assert module.reference is None
+    assert isinstance(module.loss_fn, SAPOLoss)  # the refused loss was not installed
