@@ -59,3 +59,46 @@ def tiny_hf_dir(tmp_path_factory) -> Path:
     from hf_helpers import save_tiny_hf_policy
 
     return save_tiny_hf_policy(tmp_path_factory.mktemp("tiny_hf"))
+
+
+@pytest.fixture(scope="session")
+def read_wandb_run():
+    """`read_wandb_run(path to run-*.wandb)` -> the run record of an offline wandb run, as a plain dict.
+
+    {"id", "name", "group", "job_type", "project", "tags": [...], "config": {key: value}, "exit": bool},
+    read from the transaction log with tests/wandb_records.py (no network, no wandb private reader).
+    """
+    import json as _json
+
+    from wandb_records import raw_records
+
+    def read(path: Path) -> dict:
+        from wandb.proto import wandb_internal_pb2 as pb
+
+        out: dict = {"config": {}, "exit": False}
+        for payload in raw_records(path):
+            record = pb.Record()
+            record.ParseFromString(payload)
+            kind = record.WhichOneof("record_type")
+            if kind == "run" and "id" not in out:
+                run = record.run
+                out.update(
+                    id=run.run_id,
+                    name=run.display_name,
+                    group=run.run_group,
+                    job_type=run.job_type,
+                    project=run.project,
+                    tags=list(run.tags),
+                )
+                updates = run.config.update
+            elif kind == "config":
+                updates = record.config.update
+            else:
+                out["exit"] |= kind == "exit"
+                continue
+            for item in updates:
+                key = item.key or "/".join(item.nested_key)
+                out["config"][key] = _json.loads(item.value_json)
+        return out
+
+    return read

@@ -143,7 +143,8 @@ class OptimConfig:
 @dataclass
 class WarmupConfig:
     enabled: bool = True
-    steps: int = 200
+    # Short on purpose: RL should start from a policy that is right sometimes, not already converged.
+    steps: int = 80
     batch_size: int = 64
     lr: float = 1e-3
     seed: int = 0  # separate from the RL seed, so every seed of a sweep starts from the same policy
@@ -152,7 +153,7 @@ class WarmupConfig:
 
 @dataclass
 class TrainerConfig:
-    max_steps: int = 200  # optimizer steps (each rollout gives mu x num_minibatches of them)
+    max_steps: int = 400  # optimizer steps (each rollout gives mu x num_minibatches of them)
     accelerator: str = "auto"
     devices: Any = 1
     strategy: str = "auto"

@@ -9,6 +9,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
 from twinkle_exp import metric_names as M
 from twinkle_exp.advantages import group_advantages
@@ -234,10 +235,10 @@ class PolicyModule(L.LightningModule):
         # optimizer step (trainer.global_step), the same for training and validation metrics.
         for logger in self.loggers:
             logger.log_metrics(metrics, step=self.global_step)
+            if isinstance(logger, CSVLogger):
+                logger.save()  # so a running job's metrics.csv is readable (the report, tail -f)
 
     def _log_samples(self, prompts, completions, answers, rewards) -> None:
-        from lightning.pytorch.loggers import WandbLogger
-
         rows = [
             [p, c, a, float(r)] for p, c, a, r in zip(prompts, completions, answers, rewards, strict=True)
         ]

@@ -10,7 +10,6 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import RichProgressBar
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
@@ -18,6 +17,7 @@ from twinkle_exp import metric_names as M
 from twinkle_exp.config import check_config
 from twinkle_exp.data import PromptStream
 from twinkle_exp.module import PolicyModule
+from twinkle_exp.progress import RolloutProgressBar
 from twinkle_exp.rewards import RewardFunction, RewardSet
 from twinkle_exp.summary import print_summary
 from twinkle_exp.tracking import JobInfo, RunStatus, build_loggers
@@ -26,6 +26,15 @@ from twinkle_exp.warmup import cache_key, warm_start
 log = logging.getLogger(__name__)
 # The CSV logger writes metrics.csv beside run.json and Hydra's files; it only ever replaces metrics.csv.
 warnings.filterwarnings("ignore", message="Experiment logs directory .* exists and is not empty")
+
+
+def _quiet_lightning() -> None:
+    """Lightning prints through its own handlers and Hydra's root handler: keep Hydra's, drop the ads."""
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).handlers.clear()
+        logging.getLogger(name).propagate = True
+    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    rank_zero.addFilter(lambda record: "litlogger" not in record.getMessage())
 
 
 def build_rewards(reward_cfg: DictConfig) -> RewardSet:
@@ -55,6 +64,7 @@ def build_module(cfg: DictConfig) -> tuple[PolicyModule, dict[str, Any]]:
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Run one experiment; returns the figures of its summary. The job's files go to Hydra's output dir."""
     check_config(cfg)
+    _quiet_lightning()
     job = JobInfo.from_hydra()
     status = RunStatus(job, cfg)
     loggers: list[Any] = []
@@ -65,7 +75,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         L.seed_everything(cfg.seed, verbose=False)
         loggers = build_loggers(cfg, job)
         t = cfg.trainer
-        callbacks = [RichProgressBar()] if t.enable_progress_bar else []
+        updates_per_rollout = cfg.optim.mu * cfg.optim.num_minibatches
+        callbacks = [RolloutProgressBar(updates_per_rollout)] if t.enable_progress_bar else []
         trainer = L.Trainer(
             max_steps=t.max_steps,
             accelerator=t.accelerator,
@@ -91,7 +102,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         checkpoint = None
         if t.save_checkpoint:
             checkpoint = job.output_dir / "checkpoints" / "last.ckpt"
-            trainer.save_checkpoint(checkpoint)
+            trainer.save_checkpoint(checkpoint, weights_only=False)
         result = {
             "accuracy_before": first[M.VAL_ACCURACY],
             "accuracy_after": final[M.VAL_ACCURACY],
