@@ -25,8 +25,7 @@ class JobInfo:
 
     @property
     def name(self) -> str:
-        shown = [o for o in self.overrides if not o.startswith(("hydra.", "hydra/"))]
-        return ",".join(shown) or "default"
+        return ",".join(self.overrides) or "default"
 
     @classmethod
     def from_hydra(cls, fallback_dir: str | os.PathLike = ".") -> JobInfo:
@@ -36,14 +35,28 @@ class JobInfo:
         if not HydraConfig.initialized():
             return cls(output_dir=Path(fallback_dir))
         hc = HydraConfig.get()
-        choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra") and v is not None}
+        # The overrides that name the job: those Hydra also uses for its directory name (a sweep file's
+        # `+sweep=...` is excluded there, so it does not end up in every run name and report row).
+        excluded = set(hc.job.config.override_dirname.exclude_keys)
+        overrides = [
+            o for o in hc.overrides.task if _override_key(o) not in excluded and not o.startswith("hydra")
+        ]
+        choices = {
+            k: v
+            for k, v in hc.runtime.choices.items()
+            if v is not None and not k.startswith(("hydra", "schema/"))
+        }
         return cls(
             output_dir=Path(hc.runtime.output_dir),
-            overrides=list(hc.overrides.task),
+            overrides=overrides,
             choices=choices,
             sweep_dir=hc.sweep.dir,
             multirun=hc.mode == RunMode.MULTIRUN,
         )
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
 
 
 def git_commit() -> str | None:
