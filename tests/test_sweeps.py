@@ -239,7 +239,7 @@ def _multirun(cwd: Path, env: dict, *args: str, timeout: float = 600) -> subproc
 
 
 def _sweep_dir(cwd: Path) -> Path:
-    found = sorted({p.parent.parent for p in cwd.glob("multirun/*/*/*/run.json")})
+    found = sorted({p.parent.parent for p in cwd.glob("multirun/**/run.json")})
     assert len(found) == 1, found
     return found[0]
 
@@ -321,7 +321,8 @@ def test_2x2_multirun_names_groups_one_warm_start_and_report(tmp_path, cli_env, 
     env = {**cli_env, "TWINKLE_CACHE": str(tmp_path / "cache")}  # a cache of its own: one warm-start, here
     _multirun(tmp_path, env, "loss=grpo,sapo", "seed=0,1", "debug=fast")
     sweep_dir = _sweep_dir(tmp_path)
-    assert re.fullmatch(r"\d{2}-\d{2}-\d{2}", sweep_dir.name), sweep_dir  # multirun/<date>/<time>
+    # multirun/<date>_<time>: the directory's name, also the wandb group, says when the sweep ran
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}", sweep_dir.name), sweep_dir
     expected = _expected_2x2(extra=("debug=fast",))
     assert sorted(expected) == [
         "0_debug=fast,loss=grpo,seed=0",

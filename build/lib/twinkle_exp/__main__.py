@@ -1,0 +1,3 @@
+from twinkle_exp.cli import main
+
+main()

@@ -1,0 +1,26 @@
+"""`python -m twinkle_exp [overrides]`: the Hydra entry point."""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from twinkle_exp.config import register_configs
+
+register_configs()
+
+
+@hydra.main(config_path="pkg://twinkle_exp.conf", config_name="config", version_base="1.3")
+def _main(cfg: DictConfig) -> float:
+    from twinkle_exp.run import train  # heavy imports after Hydra has parsed --help and overrides
+
+    # The return value is what Hydra's Optuna sweeper maximises.
+    return train(cfg)["accuracy_after"]
+
+
+def main() -> None:
+    _main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Turn the loss's inputs (padded or packed, logits or log-probs) into one checked token layout.
+
+Every variant sees the same `TokenBatch`, so packing, alignment and shape checks happen once, here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from twinkle_exp.loss.logprobs import IGNORE_INDEX, shift_logits_to_labels
+
+
+@dataclass
+class TokenBatch:
+    logps: torch.Tensor  # [B, T] current log-probs of labels, with grad; 0 off the mask
+    old_logps: torch.Tensor  # [B, T] sampling policy's log-probs (logps.detach() when on-policy)
+    ref_logps: torch.Tensor | None  # [B, T] reference log-probs, or None
+    advantages: torch.Tensor  # [B, T] per-token advantages (per-sequence ones broadcast)
+    mask: torch.Tensor  # [B, T] bool, completion tokens that have a prediction
+    seq_ids: torch.Tensor  # [B, T] long, index of the sequence each token belongs to
+    num_seqs: int  # sequences in this (micro-)batch
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.mask.sum())
+
+
+def _shape(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def _check_like(name: str, tensor: torch.Tensor | None, labels: torch.Tensor) -> None:
+    if tensor is not None and tensor.shape != labels.shape:
+        raise ValueError(f"{name} has shape {_shape(tensor)} but labels has shape {_shape(labels)}")
+
+
+def _sequence_ids(
+    labels: torch.Tensor, position_ids: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`[B, T]` sequence index per token and `[B, T]` bool sequence starts.
+
+    Without `position_ids` each row is one sequence. With them, a sequence starts wherever the position
+    restarts at 0, so a packed row holds several sequences and none of them sees another's tokens.
+    """
+    batch, length = labels.shape
+    if position_ids is None:
+        starts = torch.zeros_like(labels, dtype=torch.bool)
+        starts[:, 0] = True
+        return torch.arange(batch, device=labels.device)[:, None].expand(batch, length), starts
+    _check_like("position_ids", position_ids, labels)
+    if length and bool((position_ids[:, 0] != 0).any()):
+        rows = (position_ids[:, 0] != 0).nonzero().flatten().tolist()
+        raise ValueError(f"packed input: position_ids must start at 0 in every row; rows {rows} do not")
+    starts = position_ids == 0
+    return starts.reshape(-1).long().cumsum(0).reshape(batch, length) - 1, starts
+
+
+def prepare_batch(
+    *,
+    labels: torch.Tensor,
+    advantages: torch.Tensor,
+    logits: torch.Tensor | None = None,
+    logps: torch.Tensor | None = None,
+    old_logps: torch.Tensor | None = None,
+    ref_logps: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+) -> TokenBatch:
+    """Check and align the inputs.
+
+    Args:
+        labels: `[B, T]` unshifted token ids, -100 on prompt and padding.
+        advantages: `[num_sequences]` (one per sequence) or `[B, T]` (per token).
+        logits: `[B, T, V]`; `logits[:, t]` predicts `labels[:, t + 1]`. Exclusive with `logps`.
+        logps: `[B, T]` precomputed, `logps[:, t]` = log-prob of `labels[:, t]`.
+        old_logps, ref_logps: `[B, T]` aligned like `logps`.
+        position_ids: `[B, T]`, restarting at 0 at every sequence start (packed input).
+    """
+    if labels.dim() != 2:
+        raise ValueError(f"labels must be [B, T], got shape {_shape(labels)}")
+    if labels.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"labels must hold integer token ids, got dtype {labels.dtype}")
+    if (logits is None) == (logps is None):
+        raise ValueError("pass exactly one of logits [B, T, V] or logps [B, T]")
+    if logits is not None:
+        if logits.dim() != 3 or logits.shape[:2] != labels.shape:
+            raise ValueError(
+                f"logits has shape {_shape(logits)}; expected [B, T, V] with [B, T] = {_shape(labels)}"
+            )
+        valid = labels[labels != IGNORE_INDEX]
+        if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= logits.shape[-1]):
+            raise ValueError(
+                f"labels hold ids outside the vocabulary [0, {logits.shape[-1]}) and are not -100"
+            )
+        logps = shift_logits_to_labels(logits, labels)
+    else:
+        _check_like("logps", logps, labels)
+    _check_like("old_logps", old_logps, labels)
+    _check_like("ref_logps", ref_logps, labels)
+
+    seq_ids, starts = _sequence_ids(labels, position_ids)
+    num_seqs = int(starts.sum())
+    # A sequence's first token has nothing before it to predict it from; masking it keeps packed == padded.
+    mask = (labels != IGNORE_INDEX) & ~starts
+    if advantages.shape == labels.shape:
+        token_adv = advantages
+    elif advantages.dim() == 1:
+        if advantages.shape[0] != num_seqs:
+            raise ValueError(
+                f"advantages has {advantages.shape[0]} entries but the batch holds {num_seqs} sequences"
+            )
+        token_adv = advantages[seq_ids]
+    else:
+        raise ValueError(
+            f"advantages has shape {_shape(advantages)}; expected [{num_seqs}] (per sequence) "
+            f"or {_shape(labels)} (per token)"
+        )
+    logps = logps.masked_fill(~mask, 0.0)
+    old = logps.detach() if old_logps is None else old_logps.to(logps.dtype).masked_fill(~mask, 0.0)
+    ref = None if ref_logps is None else ref_logps.to(logps.dtype).masked_fill(~mask, 0.0)
+    return TokenBatch(
+        logps=logps,
+        old_logps=old,
+        ref_logps=ref,
+        advantages=token_adv.to(logps.dtype).masked_fill(~mask, 0.0),
+        mask=mask,
+        seq_ids=seq_ids,
+        num_seqs=num_seqs,
+    )

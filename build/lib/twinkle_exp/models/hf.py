@@ -1,0 +1,105 @@
+"""Hugging Face causal LMs behind the same interface as ``TinyCausalLM`` and ``CharTokenizer``.
+
+transformers is an optional dependency (``twinkle_exp[hf]``), so it is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _import_transformers() -> Any:
+    try:
+        import transformers
+    except ImportError as e:
+        raise ImportError("Hugging Face models need transformers: pip install twinkle_exp[hf]") from e
+    return transformers
+
+
+class HFTokenizerAdapter:
+    """A Hugging Face tokenizer with exactly the ``CharTokenizer`` interface."""
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+
+    @property
+    def pad_token_id(self) -> int:
+        # Many causal LMs ship without a pad token; padded positions are masked anyway, so EOS serves.
+        pad = self.tokenizer.pad_token_id
+        pad = self.tokenizer.eos_token_id if pad is None else pad
+        if pad is None:
+            raise ValueError("the tokenizer has neither a pad token nor an EOS token to pad with")
+        return pad
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self.tokenizer.bos_token_id
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.tokenizer.eos_token_id
+
+    @property
+    def vocab_size(self) -> int:
+        # len() counts added tokens, which the tokenizer's own vocab_size leaves out.
+        return len(self.tokenizer)
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Iterable[int] | torch.Tensor) -> str:
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+def load_hf_causal_lm(
+    name_or_path: str, dtype: str = "float32", trust_remote_code: bool = False
+) -> tuple[nn.Module, HFTokenizerAdapter]:
+    """Load a causal LM and its tokenizer from a local directory or a hub id."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    transformers = _import_transformers()
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    # transformers 4.56 renamed torch_dtype to dtype and warns on the old name.
+    dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        name_or_path, trust_remote_code=trust_remote_code, **{dtype_kw: DTYPES[dtype]}
+    )
+    tokenizer = transformers.AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    return model, HFTokenizerAdapter(tokenizer)
+
+
+def build_tiny_hf_model(
+    vocab_size: int,
+    hidden_size: int = 32,
+    intermediate_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    max_position_embeddings: int = 128,
+    attn_implementation: str = "sdpa",
+    seed: int = 0,
+) -> nn.Module:
+    """A randomly initialised Llama built from a config, for tests that must not touch the network."""
+    transformers = _import_transformers()
+    config = transformers.LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_position_embeddings,
+    )
+    config._attn_implementation = attn_implementation
+    torch.manual_seed(seed)
+    return transformers.LlamaForCausalLM(config)

@@ -1,0 +1,197 @@
+"""Batched KV-cached sampling: G completions per prompt, with the log-probs the loss needs as old_logps.
+
+Works with ``TinyCausalLM`` and Hugging Face causal LMs alike: both take ``attention_mask``,
+``position_ids``, ``past_key_values``, ``use_cache`` and return ``.logits`` and ``.past_key_values``.
+The cache object is only passed back to the model, never inspected, so tuple caches and transformers'
+``Cache`` objects both work. transformers 5.2x renamed the argument and output field to ``cache`` (the
+old name warns and is due to go), so ``forward_with_cache`` picks whichever name the model declares.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from twinkle_exp.models.tokenizer import Tokenizer, encode_prompt
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class RolloutBatch:
+    input_ids: torch.Tensor  # [N, P + C] left-padded prompt then completion, right-padded with pad id
+    attention_mask: torch.Tensor  # [N, P + C] 1 on real tokens
+    position_ids: torch.Tensor  # [N, P + C] 0.. on real tokens, 0 on padding
+    labels: torch.Tensor  # [N, P + C] completion ids incl. the ending EOS, -100 on prompt and padding
+    old_logps: torch.Tensor  # [N, P + C] float32 log-prob of labels[:, t] under the sampler, 0 off labels
+    completion_ids: list[list[int]]  # per sample, without the EOS
+    completions: list[str]  # decoded completion text, without the EOS
+    completion_lengths: torch.Tensor  # [N] completion tokens incl. EOS (= labels != -100 per row)
+    truncated: torch.Tensor  # [N] bool, max_new_tokens reached without EOS
+    prompt_index: torch.Tensor  # [N] source prompt; group g occupies rows g*G .. g*G+G-1
+
+
+def cache_argument_name(model: nn.Module) -> str:
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
+
+
+def forward_with_cache(
+    model: nn.Module,
+    input_ids: torch.Tensor,  # [N, T]
+    attention_mask: torch.Tensor,  # [N, Tpast + T]
+    position_ids: torch.Tensor,  # [N, T]
+    cache: Any,
+    cache_name: str = "past_key_values",
+) -> tuple[torch.Tensor, Any]:  # logits of the last position [N, V], the extended cache
+    kwargs = {} if cache is None else {cache_name: cache}
+    out = model(input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, **kwargs)
+    new_cache = getattr(out, "cache", None)
+    return out.logits[:, -1], out.past_key_values if new_cache is None else new_cache
+
+
+def filter_logits(
+    logits: torch.Tensor,  # [N, V] float32, already divided by the temperature
+    top_k: int,
+    top_p: float,
+) -> torch.Tensor:  # [N, V] with removed tokens at -inf
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        # Drop a token when the tokens ranked above it already cover top_p; the first always stays.
+        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def _validate(group_size: int, max_new_tokens: int, temperature: float, top_k: int, top_p: float) -> None:
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0, got {top_k}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def left_pad(
+    sequences: list[list[int]], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:  # ids [N, P], mask [N, P]
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        if s:
+            ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+            mask[i, width - len(s) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+@torch.no_grad()
+def generate(
+    model: nn.Module,
+    tokenizer: Tokenizer,
+    prompts: list[str],
+    *,
+    group_size: int = 1,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+) -> RolloutBatch:
+    """Sample ``group_size`` completions for every prompt (or decode greedily) with a KV cache.
+
+    old_logps are taken from the tempered, unfiltered distribution: that is the policy the loss
+    re-evaluates, and top-k/top-p only decide which token is drawn. Greedy decoding records
+    temperature-1 log-probs. The model's train/eval mode is left as the caller set it. ``generator``
+    must live on the model's device (torch.multinomial draws there).
+    """
+    _validate(group_size, max_new_tokens, temperature, top_k, top_p)
+    if not prompts:
+        raise ValueError("prompts must not be empty")
+    device = next(model.parameters()).device
+    encoded = [encode_prompt(tokenizer, p) for p in prompts]
+    if any(len(e) == 0 for e in encoded):
+        raise ValueError("a prompt encodes to no tokens and the tokenizer has no BOS to start from")
+    encoded = [e for e in encoded for _ in range(group_size)]
+    prompt_index = torch.arange(len(prompts), device=device).repeat_interleave(group_size)
+    pad_id, eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
+    temp = 1.0 if greedy else temperature
+
+    prompt_ids, prompt_mask = left_pad(encoded, pad_id, device)
+    n = prompt_ids.shape[0]
+    prompt_pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # 0 on the left padding too
+    next_pos = prompt_mask.sum(-1)  # [N] position of the next token
+    cache_name = cache_argument_name(model)
+    logits, past = forward_with_cache(model, prompt_ids, prompt_mask, prompt_pos, None, cache_name)
+    mask = prompt_mask
+
+    alive = torch.ones(n, dtype=torch.bool, device=device)
+    tokens, logps, valid = [], [], []
+    for step in range(max_new_tokens):
+        scaled = logits.float() / temp
+        logp_all = torch.log_softmax(scaled, dim=-1)  # [N, V]
+        if greedy:
+            tok = scaled.argmax(-1)
+        else:
+            probs = filter_logits(scaled, top_k, top_p).softmax(-1)
+            tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        tok_logp = logp_all.gather(-1, tok[:, None]).squeeze(-1)
+        tok = torch.where(alive, tok, torch.full_like(tok, pad_id))
+        tokens.append(tok)
+        logps.append(torch.where(alive, tok_logp, torch.zeros_like(tok_logp)))
+        valid.append(alive)
+        if eos_id is not None:
+            alive = alive & (tok != eos_id)
+        if step == max_new_tokens - 1 or not bool(alive.any()):
+            break
+        # Finished rows keep decoding a masked pad so the batch stays rectangular.
+        was_real = valid[-1]
+        mask = torch.cat([mask, was_real.long()[:, None]], dim=1)
+        pos = torch.where(was_real, next_pos, torch.zeros_like(next_pos))
+        next_pos = next_pos + was_real.long()
+        logits, past = forward_with_cache(model, tok[:, None], mask, pos[:, None], past, cache_name)
+
+    comp_ids = torch.stack(tokens, dim=1)  # [N, C]
+    comp_valid = torch.stack(valid, dim=1)  # [N, C] bool
+    comp_logps = torch.stack(logps, dim=1)  # [N, C] float32
+    c = comp_ids.shape[1]
+    comp_pos = prompt_mask.sum(-1, keepdim=True) + torch.arange(c, device=device)
+    zeros_p = torch.zeros_like(prompt_ids)
+    input_ids = torch.cat([prompt_ids, comp_ids], dim=1)
+    labels = torch.cat(
+        [torch.full_like(prompt_ids, IGNORE_INDEX), comp_ids.masked_fill(~comp_valid, IGNORE_INDEX)], 1
+    )
+    completion_lengths = comp_valid.sum(-1)
+
+    completion_ids = []
+    for row, length in zip(comp_ids.tolist(), completion_lengths.tolist(), strict=True):
+        row = row[:length]
+        if row and eos_id is not None and row[-1] == eos_id:
+            row = row[:-1]
+        completion_ids.append(row)
+    return RolloutBatch(
+        input_ids=input_ids,
+        attention_mask=torch.cat([prompt_mask, comp_valid.long()], dim=1),
+        position_ids=torch.cat([prompt_pos, comp_pos * comp_valid], dim=1),
+        labels=labels,
+        old_logps=torch.cat([zeros_p.float(), comp_logps], dim=1),
+        completion_ids=completion_ids,
+        completions=[tokenizer.decode(ids) for ids in completion_ids],
+        completion_lengths=completion_lengths,
+        truncated=alive.clone(),
+        prompt_index=prompt_index,
+    )

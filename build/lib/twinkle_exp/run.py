@@ -1,0 +1,128 @@
+"""train(cfg): build every piece from the composed config, warm-start, fit, and report where things went."""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader
+
+from twinkle_exp import metric_names as M
+from twinkle_exp.config import check_config
+from twinkle_exp.data import PromptStream
+from twinkle_exp.module import PolicyModule
+from twinkle_exp.progress import RolloutProgressBar
+from twinkle_exp.rewards import RewardFunction, RewardSet
+from twinkle_exp.summary import print_summary
+from twinkle_exp.tracking import JobInfo, RunStatus, build_loggers
+from twinkle_exp.warmup import cache_key, warm_start
+
+log = logging.getLogger(__name__)
+# The CSV logger writes metrics.csv beside run.json and Hydra's files; it only ever replaces metrics.csv.
+warnings.filterwarnings("ignore", message="Experiment logs directory .* exists and is not empty")
+
+
+def _quiet_lightning() -> None:
+    """Lightning prints through its own handlers and Hydra's root handler: keep Hydra's, drop the ads."""
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).handlers.clear()
+        logging.getLogger(name).propagate = True
+    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    rank_zero.addFilter(lambda record: "litlogger" not in record.getMessage())
+
+
+def build_rewards(reward_cfg: DictConfig) -> RewardSet:
+    terms = [
+        RewardFunction(name=str(name), fn=instantiate(term.fn), weight=term.weight)
+        for name, term in reward_cfg.functions.items()
+    ]
+    return RewardSet(terms)
+
+
+def build_module(cfg: DictConfig) -> tuple[PolicyModule, dict[str, Any]]:
+    """Policy (warm-started), task, rewards and loss, wrapped in a PolicyModule."""
+    torch.manual_seed(cfg.warmup.seed)  # the initial weights belong to the warm-start, not to the RL seed
+    policy = instantiate(cfg.policy)
+    task = instantiate(cfg.task)
+    rewards = build_rewards(cfg.reward)
+    loss_fn = instantiate(cfg.loss)
+    warm: dict[str, Any] = {"enabled": False}
+    if cfg.warmup.enabled:
+        container = OmegaConf.to_container(cfg, resolve=True)
+        key = cache_key(container["policy"], container["task"], container["warmup"])
+        warm = warm_start(policy, task, container["warmup"], key)
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    return PolicyModule(policy, task, rewards, loss_fn, plain, seed=cfg.seed), warm
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Run one experiment; returns the figures of its summary. The job's files go to Hydra's output dir."""
+    check_config(cfg)
+    _quiet_lightning()
+    job = JobInfo.from_hydra()
+    status = RunStatus(job, cfg)
+    loggers: list[Any] = []
+    start = time.time()
+    try:
+        module, warm = build_module(cfg)
+        log.info("loss: %r", module.loss_fn)
+        L.seed_everything(cfg.seed, verbose=False)
+        loggers = build_loggers(cfg, job)
+        t = cfg.trainer
+        updates_per_rollout = cfg.optim.mu * cfg.optim.num_minibatches
+        callbacks = [RolloutProgressBar(updates_per_rollout)] if t.enable_progress_bar else []
+        trainer = L.Trainer(
+            max_steps=t.max_steps,
+            accelerator=t.accelerator,
+            devices=t.devices,
+            strategy=t.strategy,
+            precision=t.precision,
+            logger=loggers,
+            callbacks=callbacks,
+            enable_progress_bar=t.enable_progress_bar,
+            enable_checkpointing=False,
+            enable_model_summary=False,
+            default_root_dir=str(job.output_dir),
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+        )
+        stream = PromptStream(module.task, cfg.rollout.prompts_per_step, cfg.seed)
+        before_fit = module.evaluate() if t.max_steps == 0 else None
+        trainer.fit(module, train_dataloaders=DataLoader(stream, batch_size=None))
+        first = before_fit or module.first_val
+        final = module.log_validation()
+        for logger in loggers:
+            logger.save()
+        checkpoint = None
+        if t.save_checkpoint:
+            checkpoint = job.output_dir / "checkpoints" / "last.ckpt"
+            trainer.save_checkpoint(checkpoint, weights_only=False)
+        result = {
+            "accuracy_before": first[M.VAL_ACCURACY],
+            "accuracy_after": final[M.VAL_ACCURACY],
+            "steps": trainer.global_step,
+            "rollouts": module.rollouts_done,
+            "wall_time_s": round(time.time() - start, 1),
+            "output_dir": str(job.output_dir),
+            "metrics_csv": str(job.output_dir / "metrics.csv"),
+            "checkpoint": None if checkpoint is None else str(checkpoint),
+            "warmup": warm,
+        }
+        status.finish("finished", final={k: v for k, v in result.items() if k != "warmup"})
+        print_summary(result, module.loss_fn, loggers)
+        return result
+    except BaseException as exc:
+        status.finish("failed", error=f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        for logger in loggers:
+            if type(logger).__name__ == "WandbLogger":
+                import wandb
+
+                wandb.finish()

@@ -1,0 +1,41 @@
+"""Integer addition: prompt "a+b=", answer str(a+b)."""
+
+from __future__ import annotations
+
+import random
+
+from twinkle_exp.tasks.base import Example, ProceduralTask, check_length_range
+
+
+class AdditionTask(ProceduralTask):
+    """Add two non-negative integers of `min_digits`..`max_digits` digits each.
+
+    The digit count of each operand is drawn uniformly first, then the operand uniformly among numbers with
+    that many digits, so short sums are as frequent as long ones (uniform operands would be ~90% max-length).
+    One-digit numbers include 0.
+    """
+
+    name = "addition"
+
+    def __init__(self, min_digits: int = 1, max_digits: int = 3, seed: int = 0, num_validation: int = 128):
+        check_length_range(min_digits, max_digits, "digits")
+        self.min_digits = min_digits
+        self.max_digits = max_digits
+        super().__init__(seed=seed, num_validation=num_validation)
+
+    def _operand_range(self) -> tuple[int, int]:
+        low = 0 if self.min_digits == 1 else 10 ** (self.min_digits - 1)
+        return low, 10**self.max_digits - 1
+
+    def num_prompts(self) -> int:
+        low, high = self._operand_range()
+        return (high - low + 1) ** 2
+
+    def _operand(self, rng: random.Random) -> int:
+        digits = rng.randint(self.min_digits, self.max_digits)
+        low = 0 if digits == 1 else 10 ** (digits - 1)
+        return rng.randint(low, 10**digits - 1)
+
+    def random_example(self, rng: random.Random) -> Example:
+        a, b = self._operand(rng), self._operand(rng)
+        return Example(prompt=f"{a}+{b}=", answer=str(a + b))

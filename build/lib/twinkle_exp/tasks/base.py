@@ -1,0 +1,104 @@
+"""The task interface: prompts with verifiable gold answers, and a fixed held-out validation set.
+
+A task answers two questions for the training loop: "give me n training prompts" (`sample`) and "which
+prompts do I measure accuracy on" (`validation_set`). The two never share a prompt, so validation accuracy
+measures generalisation rather than memorisation.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Example:
+    prompt: str  # text the policy sees, e.g. "12+345="
+    answer: str  # the verifiable gold answer, e.g. "357"
+
+
+class Task(ABC):
+    """A source of training prompts plus a fixed, disjoint validation set."""
+
+    name: str
+
+    @abstractmethod
+    def sample(self, n: int, rng: random.Random) -> list[Example]:
+        """`n` training examples drawn with `rng`; never a prompt of `validation_set()`."""
+
+    @abstractmethod
+    def validation_set(self) -> list[Example]:
+        """The held-out examples: identical on every call and every machine for the same constructor args."""
+
+
+def check_printable_ascii(text: str, what: str) -> None:
+    """Raise unless `text` is non-empty printable ASCII without whitespace.
+
+    The built-in policy uses a character tokenizer over printable ASCII, and the reward functions strip
+    whitespace before comparing, so whitespace inside a task's symbols would be silently lost.
+    """
+    bad = [c for c in text if not (c.isascii() and c.isprintable()) or c.isspace()]
+    if not text or bad:
+        raise ValueError(f"{what} must be non-empty printable ASCII without whitespace, got {text!r}")
+
+
+class ProceduralTask(Task):
+    """A task whose examples are generated from a seeded RNG over a finite space of prompts.
+
+    Subclasses give the size of the prompt space and a way to draw one example; this class draws the
+    validation set once (from `random.Random(seed)`, which is the same on every platform) and rejects those
+    prompts when sampling training examples.
+    """
+
+    def __init__(self, seed: int = 0, num_validation: int = 128) -> None:
+        if num_validation < 1:
+            raise ValueError(f"num_validation must be >= 1, got {num_validation}")
+        space = self.num_prompts()
+        # Strictly more than num_validation: at least one prompt must be left over for training.
+        if space <= num_validation:
+            raise ValueError(
+                f"{type(self).__name__} has only {space} distinct prompts; cannot hold out "
+                f"num_validation={num_validation} and still train. Lower num_validation or enlarge the task."
+            )
+        self.seed = seed
+        self.num_validation = num_validation
+        self._validation = self._draw_validation()
+        self._validation_prompts = frozenset(ex.prompt for ex in self._validation)
+
+    @abstractmethod
+    def num_prompts(self) -> int:
+        """How many distinct prompts this task can produce (its constructor args must already be set)."""
+
+    @abstractmethod
+    def random_example(self, rng: random.Random) -> Example:
+        """One example drawn with `rng`; every prompt of the space must have a non-zero probability."""
+
+    def _draw_validation(self) -> list[Example]:
+        rng = random.Random(self.seed)
+        seen: dict[str, Example] = {}
+        while len(seen) < self.num_validation:
+            ex = self.random_example(rng)
+            seen.setdefault(ex.prompt, ex)
+        return list(seen.values())
+
+    def validation_set(self) -> list[Example]:
+        return list(self._validation)  # a copy: callers may shuffle or truncate theirs
+
+    def sample(self, n: int, rng: random.Random) -> list[Example]:
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        out: list[Example] = []
+        while len(out) < n:
+            # Rejection keeps the training distribution the task's own, restricted to non-validation prompts.
+            ex = self.random_example(rng)
+            if ex.prompt not in self._validation_prompts:
+                out.append(ex)
+        return out
+
+
+def check_length_range(min_len: int, max_len: int, what: str) -> None:
+    if min_len < 1 or max_len < min_len:
+        raise ValueError(
+            f"need 1 <= min_{what} <= max_{what}, got min_{what}={min_len}, max_{what}={max_len}"
+        )

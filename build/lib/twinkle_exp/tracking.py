@@ -1,0 +1,128 @@
+"""Run bookkeeping: loggers (CSV always, wandb offline by default), run.json status, the sweep's naming."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+
+@dataclass
+class JobInfo:
+    """Who this job is within its sweep, read from Hydra's runtime config when there is one."""
+
+    output_dir: Path
+    overrides: list[str] = field(default_factory=list)
+    choices: dict[str, str] = field(default_factory=dict)
+    sweep_dir: str | None = None
+    multirun: bool = False
+
+    @property
+    def name(self) -> str:
+        return ",".join(self.overrides) or "default"
+
+    @classmethod
+    def from_hydra(cls, fallback_dir: str | os.PathLike = ".") -> JobInfo:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if not HydraConfig.initialized():
+            return cls(output_dir=Path(fallback_dir))
+        hc = HydraConfig.get()
+        # The overrides that name the job: those Hydra also uses for its directory name (a sweep file's
+        # `+sweep=...` is excluded there, so it does not end up in every run name and report row).
+        excluded = set(hc.job.config.override_dirname.exclude_keys)
+        overrides = [
+            o for o in hc.overrides.task if _override_key(o) not in excluded and not o.startswith("hydra")
+        ]
+        choices = {
+            k: v
+            for k, v in hc.runtime.choices.items()
+            if v is not None and not k.startswith(("hydra", "schema/"))
+        }
+        return cls(
+            output_dir=Path(hc.runtime.output_dir),
+            overrides=overrides,
+            choices=choices,
+            sweep_dir=hc.sweep.dir,
+            multirun=hc.mode == RunMode.MULTIRUN,
+        )
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def git_commit() -> str | None:
+    """The commit of the twinkle_exp checkout this code runs from, or None outside a git checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def build_loggers(cfg: DictConfig, job: JobInfo) -> list[Any]:
+    from lightning.pytorch.loggers import CSVLogger, WandbLogger
+
+    loggers: list[Any] = [CSVLogger(save_dir=str(job.output_dir), name="", version="")]
+    if not cfg.logger.wandb:
+        return loggers
+    group = cfg.sweep_name or (Path(job.sweep_dir).name if job.multirun and job.sweep_dir else None)
+    tags = [f"{k}:{v}" for k, v in sorted(job.choices.items())] + list(cfg.logger.tags)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config["git_commit"] = git_commit()
+    config["overrides"] = job.overrides
+    loggers.append(
+        WandbLogger(
+            project=cfg.logger.project,
+            entity=cfg.logger.entity,
+            name=job.name,
+            group=group,
+            tags=tags,
+            job_type=cfg.logger.job_type,
+            save_dir=str(job.output_dir),
+            mode=cfg.logger.mode,
+            config=config,
+            reinit="finish_previous",
+        )
+    )
+    return loggers
+
+
+class RunStatus:
+    """`<output_dir>/run.json`: running / finished / failed, which the report reads."""
+
+    def __init__(self, job: JobInfo, cfg: DictConfig) -> None:
+        self.path = job.output_dir / "run.json"
+        self.started = time.time()
+        self.data: dict[str, Any] = {
+            "status": "running",
+            "overrides": job.overrides,
+            "loss": job.choices.get("loss"),
+            "seed": cfg.seed,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started)),
+            "wall_time_s": None,
+            "error": None,
+        }
+        self._write()
+
+    def _write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=2))
+        os.replace(tmp, self.path)
+
+    def finish(self, status: str, error: str | None = None, **extra: Any) -> None:
+        self.data.update(
+            status=status, error=error, wall_time_s=round(time.time() - self.started, 2), **extra
+        )
+        self._write()

@@ -1,0 +1,94 @@
+"""Supervised warm-start on the task's gold answers, cached on disk by everything that determines it.
+
+Real RL pipelines start from an SFT model; the warm-started policy is also the frozen reference. Every seed
+and every loss of a sweep shares one warm-start, so the cache key leaves out the RL seed and the loss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from twinkle_exp.loss import IGNORE_INDEX, shift_logits_to_labels
+from twinkle_exp.models import encode_prompt
+from twinkle_exp.policy import Policy
+from twinkle_exp.tasks import Example, Task
+
+log = logging.getLogger(__name__)
+CACHE_FORMAT = 1  # bump when the warm-start procedure changes, so old checkpoints are not reused
+
+
+def cache_key(policy_cfg: dict, task_cfg: dict, warmup_cfg: dict) -> str:
+    material = {"format": CACHE_FORMAT, "policy": policy_cfg, "task": task_cfg}
+    material["warmup"] = {k: v for k, v in warmup_cfg.items() if k not in ("cache_dir", "enabled")}
+    return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def supervised_batch(policy: Policy, examples: list[Example]) -> tuple[torch.Tensor, ...]:
+    """Right-padded `[B, T]` input_ids, attention_mask and labels (-100 on prompt and padding) for SFT."""
+    tok = policy.tokenizer
+    rows, labels = [], []
+    for ex in examples:
+        prompt = encode_prompt(tok, ex.prompt)
+        target = tok.encode(ex.answer) + [tok.eos_token_id]
+        rows.append(prompt + target)
+        labels.append([IGNORE_INDEX] * len(prompt) + target)
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), tok.pad_token_id)
+    lab = torch.full((len(rows), width), IGNORE_INDEX)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (row, label) in enumerate(zip(rows, labels, strict=True)):
+        ids[i, : len(row)], lab[i, : len(row)], mask[i, : len(row)] = (
+            torch.tensor(row),
+            torch.tensor(label),
+            1,
+        )
+    return ids, mask, lab
+
+
+def supervised_train(
+    policy: Policy, task: Task, *, steps: int, batch_size: int, lr: float, seed: int
+) -> float:
+    """Cross-entropy on gold completions (answer + EOS); returns the last step's loss."""
+    model = policy.model
+    device = next(model.parameters()).device
+    rng = random.Random(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    loss = torch.tensor(float("nan"))
+    for _ in range(steps):
+        ids, mask, labels = (t.to(device) for t in supervised_batch(policy, task.sample(batch_size, rng)))
+        logits = model(ids, attention_mask=mask).logits
+        logps = shift_logits_to_labels(logits, labels)
+        loss = -(logps.sum() / (labels != IGNORE_INDEX).sum())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return float(loss)
+
+
+def warm_start(policy: Policy, task: Task, cfg: dict, key: str) -> dict[str, Any]:
+    """Load the cached warm-start for `key`, or train it and cache it. Returns what happened, for the logs."""
+    path = Path(os.path.expanduser(cfg["cache_dir"])) / f"warmup-{key}.pt"
+    if path.exists():
+        policy.model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        log.info("warm-start: reused %s", path)
+        return {"path": str(path), "cached": True}
+    log.info("warm-start: %d supervised steps (cache miss, writing %s)", cfg["steps"], path)
+    loss = supervised_train(
+        policy, task, steps=cfg["steps"], batch_size=cfg["batch_size"], lr=cfg["lr"], seed=cfg["seed"]
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Write then rename, so a parallel job of the same sweep never reads a half-written file.
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as tmp:
+        torch.save(policy.model.state_dict(), tmp)
+    os.replace(tmp.name, path)
+    return {"path": str(path), "cached": False, "final_loss": loss}
