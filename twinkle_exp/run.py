@@ -45,6 +45,12 @@ def build_rewards(reward_cfg: DictConfig) -> RewardSet:
     return RewardSet(terms)
 
 
+def _warmup_device(cfg: DictConfig) -> torch.device:
+    # The warm-start runs before Lightning takes over the devices: use the GPU the trainer would use.
+    wants_gpu = cfg.trainer.accelerator in ("auto", "gpu", "cuda")
+    return torch.device("cuda" if wants_gpu and torch.cuda.is_available() else "cpu")
+
+
 def build_module(cfg: DictConfig) -> tuple[PolicyModule, dict[str, Any]]:
     """Policy (warm-started), task, rewards and loss, wrapped in a PolicyModule."""
     torch.manual_seed(cfg.warmup.seed)  # the initial weights belong to the warm-start, not to the RL seed
@@ -52,12 +58,12 @@ def build_module(cfg: DictConfig) -> tuple[PolicyModule, dict[str, Any]]:
     task = instantiate(cfg.task)
     rewards = build_rewards(cfg.reward)
     loss_fn = instantiate(cfg.loss)
+    plain = OmegaConf.to_container(cfg, resolve=True)
     warm: dict[str, Any] = {"enabled": False}
     if cfg.warmup.enabled:
-        container = OmegaConf.to_container(cfg, resolve=True)
-        key = cache_key(container["policy"], container["task"], container["warmup"])
-        warm = warm_start(policy, task, container["warmup"], key)
-    plain = OmegaConf.to_container(cfg, resolve=True)
+        policy.model.to(_warmup_device(cfg))
+        key = cache_key(plain["policy"], plain["task"], plain["warmup"])
+        warm = warm_start(policy, task, plain["warmup"], key)
     return PolicyModule(policy, task, rewards, loss_fn, plain, seed=cfg.seed), warm
 
 

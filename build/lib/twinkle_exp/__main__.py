@@ -1,3 +1,0 @@
-from twinkle_exp.cli import main
-
-main()
