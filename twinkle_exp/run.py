@@ -26,6 +26,8 @@ from twinkle_exp.warmup import cache_key, warm_start
 log = logging.getLogger(__name__)
 # The CSV logger writes metrics.csv beside run.json and Hydra's files; it only ever replaces metrics.csv.
 warnings.filterwarnings("ignore", message="Experiment logs directory .* exists and is not empty")
+# Lightning 2.6 calls a torch pytree API that torch 2.13 deprecates: nothing a user can act on.
+warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)")
 
 
 def _quiet_lightning() -> None:
