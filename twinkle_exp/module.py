@@ -13,8 +13,9 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
 from twinkle_exp import metric_names as M
 from twinkle_exp.advantages import group_advantages
+from twinkle_exp.evaluation import greedy_accuracy
 from twinkle_exp.policy import Policy, sequence_logps
-from twinkle_exp.rewards import RewardSet, exact_match
+from twinkle_exp.rewards import RewardSet
 from twinkle_exp.rollout import RolloutBatch, generate
 from twinkle_exp.tasks import Task
 from twinkle_exp.update_metrics import UpdateMetrics
@@ -198,28 +199,16 @@ class PolicyModule(L.LightningModule):
         return stats.summary()
 
     # --- validation and samples --------------------------------------------------------------------------
-    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Greedy decoding on the task's held-out set: exact-match accuracy and mean reward."""
-        was_training = self.policy.training
-        self.policy.eval()
-        examples = self.task.validation_set()
-        size = self.cfg["trainer"]["val_batch_size"]
-        correct, reward_sum = 0.0, 0.0
-        for start in range(0, len(examples), size):
-            chunk = examples[start : start + size]
-            prompts, answers = [e.prompt for e in chunk], [e.answer for e in chunk]
-            out = generate(
-                self.policy,
-                self.tokenizer,
-                prompts,
-                max_new_tokens=self.cfg["rollout"]["max_new_tokens"],
-                greedy=True,
-            )
-            correct += sum(exact_match(prompts, out.completions, answers))
-            reward_sum += float(self.rewards(prompts, out.completions, answers)[0].sum())
-        self.policy.train(was_training)
-        return {M.VAL_ACCURACY: correct / len(examples), M.VAL_REWARD_MEAN: reward_sum / len(examples)}
+        return greedy_accuracy(
+            self.policy,
+            self.tokenizer,
+            self.task.validation_set(),
+            self.rewards,
+            max_new_tokens=self.cfg["rollout"]["max_new_tokens"],
+            batch_size=self.cfg["trainer"]["val_batch_size"],
+        )
 
     def log_validation(self) -> dict[str, float]:
         """Evaluate on the held-out set and log at the current optimizer step."""

@@ -1,0 +1,38 @@
+"""Greedy validation: decode the held-out prompts and score them against their answers."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from twinkle_exp import metric_names as M
+from twinkle_exp.models import Tokenizer
+from twinkle_exp.rewards import RewardSet, exact_match
+from twinkle_exp.rollout import generate
+from twinkle_exp.tasks import Example
+
+
+@torch.no_grad()
+def greedy_accuracy(
+    model: nn.Module,
+    tokenizer: Tokenizer,
+    examples: list[Example],
+    rewards: RewardSet,
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+) -> dict[str, float]:
+    """Exact-match accuracy and mean total reward of greedy completions; restores the model's mode."""
+    was_training = model.training
+    model.eval()
+    correct, reward_sum = 0.0, 0.0
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start : start + batch_size]
+        prompts, answers = [e.prompt for e in chunk], [e.answer for e in chunk]
+        completions = generate(
+            model, tokenizer, prompts, max_new_tokens=max_new_tokens, greedy=True
+        ).completions
+        correct += sum(exact_match(prompts, completions, answers))
+        reward_sum += float(rewards(prompts, completions, answers)[0].sum())
+    model.train(was_training)
+    return {M.VAL_ACCURACY: correct / len(examples), M.VAL_REWARD_MEAN: reward_sum / len(examples)}
