@@ -25,6 +25,27 @@ class LossConfig:
     kl_estimator: str = "k3"
 
 
+# One class per loss, so Hydra's message names the loss: "Key 'tau' not in 'GRPOConfig'".
+@dataclass
+class GRPOConfig(LossConfig):
+    _target_: str = "twinkle_exp.loss.GRPOLoss"
+
+
+@dataclass
+class GSPOConfig(LossConfig):
+    _target_: str = "twinkle_exp.loss.GSPOLoss"
+
+
+@dataclass
+class CISPOConfig(LossConfig):
+    _target_: str = "twinkle_exp.loss.CISPOLoss"
+
+
+@dataclass
+class BNPOConfig(LossConfig):
+    _target_: str = "twinkle_exp.loss.BNPOLoss"
+
+
 @dataclass
 class SAPOConfig(LossConfig):
     _target_: str = "twinkle_exp.loss.SAPOLoss"
@@ -192,12 +213,12 @@ class Config:
 
 
 LOSS_SCHEMAS = {
-    "grpo": LossConfig(_target_="twinkle_exp.loss.GRPOLoss"),
-    "gspo": LossConfig(_target_="twinkle_exp.loss.GSPOLoss"),
-    "sapo": SAPOConfig(),
-    "cispo": LossConfig(_target_="twinkle_exp.loss.CISPOLoss"),
-    "bnpo": LossConfig(_target_="twinkle_exp.loss.BNPOLoss"),
-    "drgrpo": DRGRPOConfig(),
+    "grpo": GRPOConfig,
+    "gspo": GSPOConfig,
+    "sapo": SAPOConfig,
+    "cispo": CISPOConfig,
+    "bnpo": BNPOConfig,
+    "drgrpo": DRGRPOConfig,
 }
 
 
