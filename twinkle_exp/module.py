@@ -14,6 +14,7 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from twinkle_exp import metric_names as M
 from twinkle_exp.advantages import group_advantages
 from twinkle_exp.evaluation import greedy_accuracy
+from twinkle_exp.loss import IGNORE_INDEX
 from twinkle_exp.policy import Policy, sequence_logps
 from twinkle_exp.rewards import RewardSet
 from twinkle_exp.rollout import RolloutBatch, generate
@@ -169,7 +170,7 @@ class PolicyModule(L.LightningModule):
                 rows = rows.to(self.device)
                 totals = {
                     "num_sequences": len(rows),
-                    "num_tokens": int(b.completion_lengths[rows.cpu()].sum()),
+                    "num_tokens": int(b.completion_lengths[rows].sum()),
                 }
                 optimizer.zero_grad(set_to_none=True)
                 for part in rows.split(micro):
@@ -191,7 +192,7 @@ class PolicyModule(L.LightningModule):
                         **totals,
                     )
                     self.manual_backward(out.loss)
-                    stats.add_micro(out, entropy, b.labels[part] != -100)
+                    stats.add_micro(out, entropy, b.labels[part] != IGNORE_INDEX)
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), opt_cfg["max_grad_norm"])
                 optimizer.step()
                 schedule.step()

@@ -10,6 +10,7 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
@@ -101,10 +102,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             num_sanity_val_steps=0,
         )
         stream = PromptStream(module.task, cfg.rollout.prompts_per_step, cfg.seed)
-        before_fit = module.evaluate() if t.max_steps == 0 else None
         trainer.fit(module, train_dataloaders=DataLoader(stream, batch_size=None))
-        first = before_fit or module.first_val
-        final = module.log_validation()
+        final = module.log_validation()  # also the first validation when no step ran (max_steps=0)
+        first = module.first_val
         for logger in loggers:
             logger.save()
         checkpoint = None
@@ -129,8 +129,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         status.finish("failed", error=f"{type(exc).__name__}: {exc}")
         raise
     finally:
-        for logger in loggers:
-            if type(logger).__name__ == "WandbLogger":
-                import wandb
+        if any(isinstance(logger, WandbLogger) for logger in loggers):
+            import wandb
 
-                wandb.finish()
+            wandb.finish()

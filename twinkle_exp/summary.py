@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning.pytorch.loggers import WandbLogger
 from rich.console import Console
 from rich.table import Table
 
@@ -20,7 +21,7 @@ def print_summary(result: dict[str, Any], loss_fn: Any, loggers: list[Any]) -> N
     table.add_row("output dir", result["output_dir"])
     table.add_row("metrics (CSV)", result["metrics_csv"])
     for logger in loggers:
-        if type(logger).__name__ == "WandbLogger":
+        if isinstance(logger, WandbLogger):
             table.add_row("wandb run", f"{logger.experiment.dir}  (upload later: wandb sync)")
     if result["checkpoint"]:
         table.add_row("checkpoint", result["checkpoint"])

@@ -12,6 +12,8 @@ from twinkle_exp.loss import metric_keys as K
 
 # Keys whose micro-batch values add up to the minibatch's value (they are normalised by the step's totals).
 _SUMMED = (K.POLICY_LOSS,)
+# Per-optimizer-step values, averaged over the rollout's steps, and the keys they are logged under.
+_PER_STEP = {"loss": M.LOSS, "grad_norm": M.GRAD_NORM} | {key: M.TRAIN + key for key in _SUMMED}
 
 
 class UpdateMetrics:
@@ -54,10 +56,8 @@ class UpdateMetrics:
         out[M.TRAIN + K.RATIO_MIN] = self._min
         out[M.TRAIN + K.RATIO_MAX] = self._max
         steps = max(len(self._steps), 1)
-        for key in ["loss", "grad_norm", *_SUMMED]:
-            out[M.LOSS if key == "loss" else M.GRAD_NORM if key == "grad_norm" else M.TRAIN + key] = (
-                sum(step.get(key, 0.0) for step in self._steps) / steps
-            )
+        for key, logged_as in _PER_STEP.items():
+            out[logged_as] = sum(step.get(key, 0.0) for step in self._steps) / steps
         if self._entropy_tokens:
             out[M.ENTROPY] = self._entropy_sum / self._entropy_tokens
         return out
