@@ -230,6 +230,18 @@ TASK_SCHEMAS = {
 }
 
 
+# Groups whose options all share one schema; check_config re-validates them after the overrides.
+_TYPED_GROUPS = {
+    "reward": RewardConfig,
+    "rollout": RolloutConfig,
+    "advantage": AdvantageConfig,
+    "optim": OptimConfig,
+    "warmup": WarmupConfig,
+    "trainer": TrainerConfig,
+    "logger": LoggerConfig,
+}
+
+
 def register_configs() -> None:
     """Store the schemas under `schema/<group>`; each `conf/<group>/<option>.yaml` extends one of them."""
     cs = ConfigStore.instance()
@@ -240,27 +252,8 @@ def register_configs() -> None:
     cs.store(group="schema/policy", name="hf", node=HFPolicyConfig)
     for name, node in TASK_SCHEMAS.items():
         cs.store(group="schema/task", name=name, node=node)
-    for group, node in [
-        ("reward", RewardConfig),
-        ("rollout", RolloutConfig),
-        ("advantage", AdvantageConfig),
-        ("optim", OptimConfig),
-        ("warmup", WarmupConfig),
-        ("trainer", TrainerConfig),
-        ("logger", LoggerConfig),
-    ]:
+    for group, node in _TYPED_GROUPS.items():
         cs.store(group=f"schema/{group}", name="base", node=node)
-
-
-_TYPED_GROUPS = {
-    "reward": RewardConfig,
-    "rollout": RolloutConfig,
-    "advantage": AdvantageConfig,
-    "optim": OptimConfig,
-    "warmup": WarmupConfig,
-    "trainer": TrainerConfig,
-    "logger": LoggerConfig,
-}
 
 
 def check_config(cfg: DictConfig) -> None:

@@ -38,9 +38,7 @@ class JobInfo:
         # The overrides that name the job: those Hydra also uses for its directory name (a sweep file's
         # `+sweep=...` is excluded there, so it does not end up in every run name and report row).
         excluded = set(hc.job.config.override_dirname.exclude_keys)
-        overrides = [
-            o for o in hc.overrides.task if _override_key(o) not in excluded and not o.startswith("hydra")
-        ]
+        overrides = [o for o in hc.overrides.task if override_key(o) not in excluded]
         choices = {
             k: v
             for k, v in hc.runtime.choices.items()
@@ -55,8 +53,9 @@ class JobInfo:
         )
 
 
-def _override_key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
+def override_key(override: str) -> str:
+    """The config key an override sets: "+loss.tau=0.5" -> "loss.tau" (+, ++ and ~ set the same key)."""
+    return override.split("=", 1)[0].lstrip("+~").strip()
 
 
 def git_commit() -> str | None:

@@ -16,19 +16,20 @@ from pathlib import Path
 
 import yaml
 
+from twinkle_exp import metric_names as M
+from twinkle_exp.tracking import override_key
+
 RUN_FILE = "run.json"
 OVERRIDES_FILE = os.path.join(".hydra", "overrides.yaml")
 METRICS_FILE = "metrics.csv"
 
-# The trainer logs the loss library's keys (twinkle_exp.loss.metric_keys) under "train/". They are spelled
-# out here rather than imported because importing the loss package pulls in torch, and a report should
-# start in a blink on a laptop that only holds the results.
-VAL_ACCURACY = "val/accuracy"
-REWARD_MEAN = "train/reward_mean"
-KL = "train/kl"
-CLIP_LOW = "train/clip_ratio/low_mean"
-CLIP_HIGH = "train/clip_ratio/high_mean"
-CLIP_REGION = "train/clip_ratio/region_mean"
+# The keys the report reads, as the trainer logs them (defined once, in twinkle_exp.metric_names).
+VAL_ACCURACY = M.VAL_ACCURACY
+REWARD_MEAN = M.REWARD_MEAN
+KL = M.KL
+CLIP_LOW = M.CLIP_LOW
+CLIP_HIGH = M.CLIP_HIGH
+CLIP_REGION = M.CLIP_REGION
 
 FINISHED = "finished"
 NOT_STARTED = "not started"
@@ -64,8 +65,7 @@ class Run:
 
 def is_seed_override(override: str) -> bool:
     # "+seed=1" and "++seed=1" set the same key as "seed=1"; "loss.seed=1" would be a different key.
-    key = override.split("=", 1)[0].lstrip("+~").strip()
-    return key == "seed"
+    return override_key(override) == "seed"
 
 
 def find_job_dirs(sweep_dir: Path, skip: Path | None = None) -> list[Path]:
