@@ -1,7 +1,8 @@
 """GRPO-family policy-gradient losses on one shared pipeline (see the README's loss table)."""
 
 from twinkle_exp.loss import metric_keys
-from twinkle_exp.loss.core import LossOutput, LossSpec, compute_loss
+from twinkle_exp.loss.batch import completion_mask
+from twinkle_exp.loss.core import OBJECTIVES, LossOutput, LossSpec, compute_loss
 from twinkle_exp.loss.kl import KL_ESTIMATORS, kl_penalty
 from twinkle_exp.loss.logprobs import (
     IGNORE_INDEX,
@@ -9,6 +10,7 @@ from twinkle_exp.loss.logprobs import (
     shift_logits_to_labels,
     token_entropy,
 )
+from twinkle_exp.loss.params import param
 from twinkle_exp.loss.variants import (
     LOSSES,
     BNPOLoss,
@@ -19,12 +21,14 @@ from twinkle_exp.loss.variants import (
     PolicyGradientLoss,
     SAPOLoss,
     get_loss_class,
+    register_loss,
 )
 
 __all__ = [
     "IGNORE_INDEX",
     "KL_ESTIMATORS",
     "LOSSES",
+    "OBJECTIVES",
     "BNPOLoss",
     "CISPOLoss",
     "DRGRPOLoss",
@@ -34,10 +38,13 @@ __all__ = [
     "LossSpec",
     "PolicyGradientLoss",
     "SAPOLoss",
+    "completion_mask",
     "compute_loss",
     "get_loss_class",
     "kl_penalty",
     "metric_keys",
+    "param",
+    "register_loss",
     "selective_log_softmax",
     "shift_logits_to_labels",
     "token_entropy",

@@ -36,25 +36,35 @@ def _check_like(name: str, tensor: torch.Tensor | None, labels: torch.Tensor) ->
         raise ValueError(f"{name} has shape {_shape(tensor)} but labels has shape {_shape(labels)}")
 
 
-def _sequence_ids(
-    labels: torch.Tensor, position_ids: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`[B, T]` sequence index per token and `[B, T]` bool sequence starts.
+def sequence_starts(labels: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """`[B, T]` bool, True at the first token of every sequence.
 
     Without `position_ids` each row is one sequence. With them, a sequence starts wherever the position
     restarts at 0, so a packed row holds several sequences and none of them sees another's tokens.
     """
-    batch, length = labels.shape
     if position_ids is None:
         starts = torch.zeros_like(labels, dtype=torch.bool)
         starts[:, 0] = True
-        return torch.arange(batch, device=labels.device)[:, None].expand(batch, length), starts
+        return starts
     _check_like("position_ids", position_ids, labels)
-    if length and bool((position_ids[:, 0] != 0).any()):
+    if labels.shape[1] and bool((position_ids[:, 0] != 0).any()):
         rows = (position_ids[:, 0] != 0).nonzero().flatten().tolist()
         raise ValueError(f"packed input: position_ids must start at 0 in every row; rows {rows} do not")
-    starts = position_ids == 0
-    return starts.reshape(-1).long().cumsum(0).reshape(batch, length) - 1, starts
+    return position_ids == 0
+
+
+def _completion_mask(labels: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    # A sequence's first token has nothing before it to predict it from; masking it keeps packed == padded.
+    return (labels != IGNORE_INDEX) & ~starts
+
+
+def completion_mask(labels: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """`[B, T]` bool: the tokens the loss scores (labelled, and not a sequence's first token).
+
+    The one definition of "completion token": the loss's normalisers and the trainer's step totals and
+    token-weighted metrics all count these.
+    """
+    return _completion_mask(labels, sequence_starts(labels, position_ids))
 
 
 def prepare_batch(
@@ -99,10 +109,10 @@ def prepare_batch(
     _check_like("old_logps", old_logps, labels)
     _check_like("ref_logps", ref_logps, labels)
 
-    seq_ids, starts = _sequence_ids(labels, position_ids)
+    starts = sequence_starts(labels, position_ids)
+    seq_ids = starts.reshape(-1).long().cumsum(0).reshape(labels.shape) - 1  # [B, T] sequence index per token
     num_seqs = int(starts.sum())
-    # A sequence's first token has nothing before it to predict it from; masking it keeps packed == padded.
-    mask = (labels != IGNORE_INDEX) & ~starts
+    mask = _completion_mask(labels, starts)
     if advantages.shape == labels.shape:
         token_adv = advantages
     elif advantages.dim() == 1:

@@ -6,6 +6,7 @@ The six public losses are presets of `LossSpec`; this module is pure functions o
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -16,7 +17,6 @@ from twinkle_exp.loss.batch import TokenBatch
 from twinkle_exp.loss.kl import kl_penalty
 
 IMPORTANCE_LEVELS = ("token", "sequence")
-OBJECTIVES = ("clip", "sapo", "cispo")
 AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "constant")
 LOG_RATIO_CLAMP = 20.0
 
@@ -29,7 +29,7 @@ class LossOutput(NamedTuple):
 @dataclass(frozen=True)
 class LossSpec:
     importance: str  # one of IMPORTANCE_LEVELS
-    objective: str  # one of OBJECTIVES
+    objective: str  # a key of OBJECTIVES
     aggregation: str  # one of AGGREGATIONS
     clip_low: float
     clip_high: float
@@ -58,21 +58,40 @@ def _importance_weight(spec: LossSpec, b: TokenBatch) -> torch.Tensor:
     return torch.exp(seq_sum / seq_len.clamp(min=1))[b.seq_ids]
 
 
-def _objective(spec: LossSpec, b: TokenBatch, ratio: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    """`[B, T]` per-token policy loss and the objective's own `[B, T]` indicator/weight tensors."""
-    adv = b.advantages
-    if spec.objective == "clip":
-        clipped = ratio.clamp(1.0 - spec.clip_low, 1.0 + spec.clip_high)
-        return -torch.minimum(ratio * adv, clipped * adv), {}
-    if spec.objective == "sapo":
-        tau = torch.where(adv > 0, spec.tau_pos, spec.tau_neg).to(ratio.dtype)
-        gate = torch.sigmoid(tau * (ratio - 1.0))
-        # d/dlogp of (4/tau) sigmoid(tau (r - 1)) is 4 s (1 - s) r: the soft gate on the policy gradient.
-        return -(4.0 / tau) * gate * adv, {K.SAPO_GATE: 4.0 * gate * (1.0 - gate)}
-    # CISPO: a capped, stop-gradient importance weight on REINFORCE, so clipped tokens still get gradient.
+def _clip(spec: LossSpec, b: TokenBatch, ratio: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    clipped = ratio.clamp(1.0 - spec.clip_low, 1.0 + spec.clip_high)
+    return -torch.minimum(ratio * b.advantages, clipped * b.advantages), {}
+
+
+def _sapo(spec: LossSpec, b: TokenBatch, ratio: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    tau = torch.where(b.advantages > 0, spec.tau_pos, spec.tau_neg).to(ratio.dtype)
+    gate = torch.sigmoid(tau * (ratio - 1.0))
+    # d/dlogp of (4/tau) sigmoid(tau (r - 1)) is 4 s (1 - s) r: the soft gate on the policy gradient.
+    return -(4.0 / tau) * gate * b.advantages, {K.SAPO_GATE: 4.0 * gate * (1.0 - gate)}
+
+
+def _cispo(spec: LossSpec, b: TokenBatch, ratio: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    # A capped, stop-gradient importance weight on REINFORCE, so clipped tokens still get gradient.
     cap = 1.0 + spec.clip_high
     weight = ratio.clamp(max=cap).detach()
-    return -weight * adv * b.logps, {K.CISPO_CLIP: (ratio > cap).to(ratio.dtype)}
+    return -weight * b.advantages * b.logps, {K.CISPO_CLIP: (ratio > cap).to(ratio.dtype)}
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What the pipeline needs to know of a per-token objective."""
+
+    # (spec, batch, ratio [B, T]) -> ([B, T] per-token policy loss, {metric key: [B, T] indicator or weight})
+    per_token: Callable[[LossSpec, TokenBatch, torch.Tensor], tuple[torch.Tensor, dict]]
+    metric_keys: tuple[str, ...]  # the keys of that dict, reported even for an empty batch
+    lower_clip: bool  # whether r < 1 - lo with A < 0 is clipped (counted in clip_ratio/low_mean)
+
+
+OBJECTIVES: dict[str, Objective] = {
+    "clip": Objective(_clip, (), lower_clip=True),
+    "sapo": Objective(_sapo, (K.SAPO_GATE,), lower_clip=True),
+    "cispo": Objective(_cispo, (K.CISPO_CLIP,), lower_clip=False),
+}
 
 
 def _aggregate(spec: LossSpec, b: TokenBatch, per_token: torch.Tensor, num_sequences: int, num_tokens: int):
@@ -108,7 +127,7 @@ def _empty_output(b: TokenBatch, spec: LossSpec) -> LossOutput:
     warnings.warn("the batch has no completion tokens; returning a zero loss", RuntimeWarning, stacklevel=3)
     zero = b.logps.sum() * 0.0
     keys = list(K.COMMON) + ([K.KL] if b.ref_logps is not None else [])
-    keys += [K.SAPO_GATE] if spec.objective == "sapo" else [K.CISPO_CLIP] if spec.objective == "cispo" else []
+    keys += OBJECTIVES[spec.objective].metric_keys
     return LossOutput(zero, {key: zero.detach().clone() for key in keys})
 
 
@@ -129,8 +148,9 @@ def compute_loss(
             f"beta={spec.beta} > 0 needs ref_logps (reference log-probs); pass them or set beta=0"
         )
 
+    objective = OBJECTIVES[spec.objective]
     ratio = _importance_weight(spec, b)
-    policy_per_token, extra = _objective(spec, b, ratio)
+    policy_per_token, extra = objective.per_token(spec, b, ratio)
     per_token = policy_per_token
     metrics: dict[str, torch.Tensor] = {}
     if b.ref_logps is not None:
@@ -143,7 +163,7 @@ def compute_loss(
     mask = b.mask
     adv = b.advantages
     r = ratio.detach()
-    low = (r < 1.0 - spec.clip_low) & (adv < 0) if spec.objective != "cispo" else torch.zeros_like(mask)
+    low = (r < 1.0 - spec.clip_low) & (adv < 0) if objective.lower_clip else torch.zeros_like(mask)
     high = (r > 1.0 + spec.clip_high) & (adv > 0)
     metrics.update(
         {

@@ -1,0 +1,65 @@
+"""Parameter checks for the loss classes: each field of a loss names its check once, in its metadata.
+
+    tau: float = param(1.0, positive)
+
+`PolicyGradientLoss.__post_init__` runs every field's check, so a loss's parameters, their defaults and their
+checks live in the class alone; the Hydra schema is derived from the same fields (`twinkle_exp.config`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import field
+from typing import Any
+
+Check = Callable[[str, Any], Any]  # (name, value) -> the value to store, or ValueError naming `name`
+
+
+def param(default: Any, check: Check | None = None) -> Any:
+    """A dataclass field with `default` whose value `check` validates (and may normalise) at construction."""
+    return field(default=default, metadata={"check": check})
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def positive(name: str, value: Any) -> float:
+    value = _number(name, value)
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value:g}")
+    return value
+
+
+def non_negative(name: str, value: Any) -> float:
+    value = _number(name, value)
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value:g}")
+    return value
+
+
+def positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def optional(check: Check) -> Check:
+    """`check`, but None passes through (meaning "not set": the class decides what that stands for)."""
+
+    def checked(name: str, value: Any) -> Any:
+        return None if value is None else check(name, value)
+
+    return checked
+
+
+def one_of(choices: Sequence[str]) -> Check:
+    def checked(name: str, value: Any) -> str:
+        if value not in choices:
+            raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+        return value
+
+    return checked
