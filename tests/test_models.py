@@ -20,7 +20,7 @@ V = 99
 @pytest.fixture
 def model():
     torch.manual_seed(0)
-    return TinyCausalLM(V, d_model=32, n_layers=2, n_heads=4, max_seq_len=32).eval()
+    return TinyCausalLM(V, d_model=32, n_layers=2, n_heads=4, max_seq_len=32, dropout=0.0).eval()
 
 
 def test_shapes_and_cache_format(model):
@@ -96,7 +96,7 @@ def test_max_seq_len_and_bad_args(model):
     with pytest.raises(ValueError, match="attention_mask"):
         model(torch.ones(1, 4, dtype=torch.long), attention_mask=torch.ones(1, 5))
     with pytest.raises(ValueError, match="divisible"):
-        TinyCausalLM(V, d_model=30, n_heads=4)
+        TinyCausalLM(V, d_model=30, n_layers=1, n_heads=4, max_seq_len=8, dropout=0.0)
 
 
 def test_char_tokenizer_round_trip():

@@ -12,6 +12,7 @@ from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
 from twinkle_exp.data import PromptStream
 from twinkle_exp.loss import GRPOLoss, SAPOLoss
 from twinkle_exp.module import PolicyModule
@@ -36,28 +37,12 @@ def digit_fraction(prompts: list[str], completions: list[str], answers: list[str
     return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
 
 
-def make_cfg() -> dict:
+def make_configs() -> dict:
     return {
-        "rollout": {
-            "prompts_per_step": 4,
-            "group_size": 4,
-            "temperature": 1.0,
-            "top_k": 0,
-            "top_p": 1.0,
-            "max_new_tokens": 8,
-        },
-        "advantage": {"scale": "group", "eps": 1e-6},
-        "optim": {
-            "lr": 1e-3,
-            "weight_decay": 0.0,
-            "betas": [0.9, 0.99],
-            "warmup_steps": 0,
-            "max_grad_norm": 1.0,
-            "mu": MU,
-            "num_minibatches": NUM_MINIBATCHES,
-            "micro_batch_size": None,
-        },
-        "trainer": {"val_every": 10, "val_batch_size": 8, "samples_every": 1000},
+        "rollout": RolloutConfig(prompts_per_step=4, group_size=4, max_new_tokens=8),
+        "advantage": AdvantageConfig(scale="group"),
+        "optim": OptimConfig(lr=1e-3, mu=MU, num_minibatches=NUM_MINIBATCHES, max_grad_norm=1.0),
+        "trainer": TrainerConfig(val_every=10, val_batch_size=8, samples_every=1000),
     }
 
 
@@ -69,7 +54,7 @@ def make_module(loss, seed: int = 0) -> PolicyModule:
     policy = tiny_policy(d_model=32, n_layers=1, n_heads=2, max_seq_len=32)
     task = AdditionTask(min_digits=1, max_digits=2, num_validation=8)
     rewards = RewardSet([RewardFunction("digits", digit_fraction)])
-    return PolicyModule(policy, task, rewards, loss, make_cfg(), seed=seed)
+    return PolicyModule(policy, task, rewards, loss, **make_configs(), seed=seed)
 
 
 def fit_one_rollout(module: PolicyModule, tmp_path) -> list[dict[str, str]]:
@@ -86,7 +71,7 @@ def fit_one_rollout(module: PolicyModule, tmp_path) -> list[dict[str, str]]:
         num_sanity_val_steps=0,
         default_root_dir=str(tmp_path),
     )
-    stream = PromptStream(module.task, module.cfg["rollout"]["prompts_per_step"], seed=0)
+    stream = PromptStream(module.task, module.rollout_cfg.prompts_per_step, seed=0)
     trainer.fit(module, train_dataloaders=DataLoader(stream, batch_size=None))
     assert trainer.global_step == MU * NUM_MINIBATCHES
     for logger in trainer.loggers:
@@ -181,7 +166,7 @@ def test_micro_batching_gives_the_same_update(tmp_path):
     # The loss gets the minibatch's totals, so splitting it into micro-batches of 3 sequences (uneven: the
     # minibatch holds 8) must give the same gradients, hence the same weights after the same steps.
     whole, split = make_module(GRPOLoss(beta=0.1)), make_module(GRPOLoss(beta=0.1))
-    split.cfg["optim"]["micro_batch_size"] = 3
+    split.optim_cfg.micro_batch_size = 3
     fit_one_rollout(whole, tmp_path / "whole")
     fit_one_rollout(split, tmp_path / "split")
     for (name, a), b in zip(whole.policy.named_parameters(), split.policy.parameters(), strict=True):

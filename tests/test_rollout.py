@@ -15,7 +15,7 @@ PROMPTS = ["1+2=", "hello world", "", "abc"]
 
 def tiny_model(seed: int = 0) -> TinyCausalLM:
     torch.manual_seed(seed)
-    return TinyCausalLM(TOK.vocab_size, d_model=32, n_layers=2, n_heads=4, max_seq_len=64).eval()
+    return TinyCausalLM(TOK.vocab_size, d_model=32, n_layers=2, n_heads=4, max_seq_len=64, dropout=0.0).eval()
 
 
 class EosAtPosition(nn.Module):

@@ -3,122 +3,34 @@
 Each YAML option under `conf/<group>/` starts from one of these schemas (its defaults list names
 `/schema/<group>@_here_`), so a misspelt key, a value of the wrong type or a parameter of another loss fails at
 start-up with Hydra's message naming it.
+
+The groups of the training loop (rollout, advantage, optim, ...) are defined here and reach the code as
+instances of these dataclasses (`typed_config`). Losses, tasks and policies are defined by their own classes
+and factories, registered in `LOSSES`, `TASKS` and `POLICIES`; their schemas are derived from those
+signatures (`derived_schema`), so a parameter and its default are written once.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import inspect
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import II, MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from twinkle_exp.loss import LOSSES
+from twinkle_exp.policy import POLICIES
+from twinkle_exp.tasks import TASKS
 
-# --- loss: one schema per class, so `loss.tau=0.5` with `loss=grpo` is refused -------------------------
-@dataclass
-class LossConfig:
-    _target_: str = MISSING
-    clip_range: float = 0.2
-    clip_range_high: float | None = None  # None: same as clip_range
-    beta: float = 0.01
-    kl_estimator: str = "k3"
-
-
-# One class per loss, so Hydra's message names the loss: "Key 'tau' not in 'GRPOConfig'".
-@dataclass
-class GRPOConfig(LossConfig):
-    _target_: str = "twinkle_exp.loss.GRPOLoss"
-
-
-@dataclass
-class GSPOConfig(LossConfig):
-    _target_: str = "twinkle_exp.loss.GSPOLoss"
-
-
-@dataclass
-class CISPOConfig(LossConfig):
-    _target_: str = "twinkle_exp.loss.CISPOLoss"
-
-
-@dataclass
-class BNPOConfig(LossConfig):
-    _target_: str = "twinkle_exp.loss.BNPOLoss"
-
-
-@dataclass
-class SAPOConfig(LossConfig):
-    _target_: str = "twinkle_exp.loss.SAPOLoss"
-    tau: float = 1.0
-    tau_pos: float | None = None
-    tau_neg: float | None = None
-
-
-@dataclass
-class DRGRPOConfig(LossConfig):
-    _target_: str = "twinkle_exp.loss.DRGRPOLoss"
-    max_completion_length: int = II("rollout.max_new_tokens")
-
-
-# --- the rest of the data flow ------------------------------------------------------------------------
-@dataclass
-class PolicyConfig:
-    _target_: str = MISSING  # a factory returning twinkle_exp.policy.Policy
-
-
-@dataclass
-class TinyPolicyConfig(PolicyConfig):
-    _target_: str = "twinkle_exp.policy.tiny_policy"
-    d_model: int = 128
-    n_layers: int = 2
-    n_heads: int = 4
-    max_seq_len: int = 64
-    dropout: float = 0.0
-
-
-@dataclass
-class HFPolicyConfig(PolicyConfig):
-    _target_: str = "twinkle_exp.policy.hf_policy"
-    name_or_path: str = MISSING  # a local directory or a hub id
-    dtype: str = "float32"
-    trust_remote_code: bool = False
-
-
-@dataclass
-class TaskConfig:
-    _target_: str = MISSING  # a twinkle_exp.tasks.Task
-    seed: int = 0  # fixes the held-out set, the same for every RL seed
-    num_validation: int = 128
-
-
-@dataclass
-class AdditionTaskConfig(TaskConfig):
-    _target_: str = "twinkle_exp.tasks.AdditionTask"
-    min_digits: int = 1
-    max_digits: int = 2
-
-
-@dataclass
-class ReverseTaskConfig(TaskConfig):
-    _target_: str = "twinkle_exp.tasks.ReverseTask"
-    min_len: int = 3
-    max_len: int = 6
-    alphabet: str = "abcdefgh"
-
-
-@dataclass
-class SortDigitsTaskConfig(TaskConfig):
-    _target_: str = "twinkle_exp.tasks.SortDigitsTask"
-    min_len: int = 3
-    max_len: int = 6
-
-
-@dataclass
-class JsonlTaskConfig(TaskConfig):
-    _target_: str = "twinkle_exp.tasks.JsonlTask"
-    path: str = MISSING
-    validation_path: str | None = None
-    num_validation: int = 64
+# Where the experiment's defaults differ from the library's: the classes default to no KL penalty, the
+# experiment penalises it a little, so GRPO-style runs look like the papers'.
+LOSS_EXPERIMENT_DEFAULTS = {"beta": 0.01}
 
 
 @dataclass
@@ -212,22 +124,53 @@ class Config:
     sweep_name: str | None = None  # wandb group of a multirun; default: the sweep directory's name
 
 
-LOSS_SCHEMAS = {
-    "grpo": GRPOConfig,
-    "gspo": GSPOConfig,
-    "sapo": SAPOConfig,
-    "cispo": CISPOConfig,
-    "bnpo": BNPOConfig,
-    "drgrpo": DRGRPOConfig,
-}
+def import_path(target: Callable) -> str:
+    """The dotted path Hydra's `_target_` names `target` by: its package's when the package exports it."""
+    package = target.__module__.rsplit(".", 1)[0]
+    try:
+        exported = getattr(importlib.import_module(package), target.__name__, None) is target
+    except ImportError:
+        exported = False
+    return f"{package if exported else target.__module__}.{target.__qualname__}"
 
 
-TASK_SCHEMAS = {
-    "addition": AdditionTaskConfig,
-    "reverse": ReverseTaskConfig,
-    "sort_digits": SortDigitsTaskConfig,
-    "jsonl": JsonlTaskConfig,
-}
+def derived_schema(target: Callable, name: str, defaults: dict[str, Any] | None = None) -> type:
+    """A dataclass schema with `_target_` and one typed field per keyword parameter of `target`.
+
+    `target` is a class (its `__init__`, or a dataclass's fields) or a factory function; every parameter
+    needs a type annotation, and one without a default is mandatory (`???`). `defaults` overrides defaults.
+    """
+    hints_of = target if dataclasses.is_dataclass(target) else getattr(target, "__init__", target)
+    hints = typing.get_type_hints(hints_of) if isinstance(target, type) else typing.get_type_hints(target)
+    fields: list[tuple[str, Any, Any]] = [("_target_", str, field(default=import_path(target)))]
+    for param in inspect.signature(target).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if param.name not in hints:
+            raise TypeError(f"{import_path(target)}: parameter {param.name!r} needs a type annotation")
+        default = (defaults or {}).get(param.name, param.default)
+        if default is param.empty:
+            default = MISSING
+        if isinstance(default, (list, dict)):
+            fields.append((param.name, hints[param.name], field(default_factory=lambda d=default: d.copy())))
+        else:
+            fields.append((param.name, hints[param.name], field(default=default)))
+    return dataclasses.make_dataclass(name, fields)
+
+
+def option_schemas() -> dict[str, dict[str, type]]:
+    """`{group: {option: schema}}` for the groups whose options are classes or factories of their own."""
+    return {
+        "loss": {
+            # "GRPOConfig", so Hydra's message names the loss: "Key 'tau' not in 'GRPOConfig'".
+            name: derived_schema(cls, cls.__name__.removesuffix("Loss") + "Config", LOSS_EXPERIMENT_DEFAULTS)
+            for name, cls in LOSSES.items()
+        },
+        "task": {name: derived_schema(cls, cls.__name__ + "Config") for name, cls in TASKS.items()},
+        "policy": {
+            name: derived_schema(fn, f"{name.capitalize()}PolicyConfig") for name, fn in POLICIES.items()
+        },
+    }
 
 
 # Groups whose options all share one schema; check_config re-validates them after the overrides.
@@ -246,14 +189,24 @@ def register_configs() -> None:
     """Store the schemas under `schema/<group>`; each `conf/<group>/<option>.yaml` extends one of them."""
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
-    for name, node in LOSS_SCHEMAS.items():
-        cs.store(group="schema/loss", name=name, node=node)
-    cs.store(group="schema/policy", name="tiny", node=TinyPolicyConfig)
-    cs.store(group="schema/policy", name="hf", node=HFPolicyConfig)
-    for name, node in TASK_SCHEMAS.items():
-        cs.store(group="schema/task", name=name, node=node)
+    for group, schemas in option_schemas().items():
+        for name, node in schemas.items():
+            cs.store(group=f"schema/{group}", name=name, node=node)
     for group, node in _TYPED_GROUPS.items():
         cs.store(group=f"schema/{group}", name="base", node=node)
+
+
+# Groups whose options are classes or factories: they reach the code as resolved dicts for `instantiate`.
+OPTION_GROUPS = ("policy", "task", "loss")
+
+
+def typed_config(cfg: DictConfig) -> Config:
+    """The composed config as a `Config`: the training loop's groups as their dataclasses, read by attribute."""
+    check_config(cfg)
+    typed = OmegaConf.to_object(cfg)
+    return dataclasses.replace(
+        typed, **{g: OmegaConf.to_container(cfg[g], resolve=True) for g in OPTION_GROUPS}
+    )
 
 
 def check_config(cfg: DictConfig) -> None:

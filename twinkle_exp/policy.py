@@ -20,9 +20,19 @@ class Policy:
 def tiny_policy(
     d_model: int = 128, n_layers: int = 2, n_heads: int = 4, max_seq_len: int = 64, dropout: float = 0.0
 ) -> Policy:
-    """The built-in character-level transformer, randomly initialised (seed torch first)."""
+    """The built-in character-level transformer, randomly initialised (seed torch first).
+
+    These defaults are the built-in policy's (and `policy=tiny`'s, whose schema is derived from them).
+    """
     tokenizer = CharTokenizer()
-    model = TinyCausalLM(tokenizer.vocab_size, d_model, n_layers, n_heads, max_seq_len, dropout)
+    model = TinyCausalLM(
+        tokenizer.vocab_size,
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        max_seq_len=max_seq_len,
+        dropout=dropout,
+    )
     return Policy(model, tokenizer)
 
 
@@ -30,6 +40,10 @@ def hf_policy(name_or_path: str, dtype: str = "float32", trust_remote_code: bool
     """Any `transformers` causal LM with its tokenizer, from a local directory or a hub id."""
     model, tokenizer = load_hf_causal_lm(name_or_path, dtype=dtype, trust_remote_code=trust_remote_code)
     return Policy(model, tokenizer)
+
+
+# conf/policy/<name>.yaml options, by name; their schemas are derived from these signatures.
+POLICIES = {"tiny": tiny_policy, "hf": hf_policy}
 
 
 def sequence_logps(

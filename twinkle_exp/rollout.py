@@ -16,13 +16,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from twinkle_exp.loss import IGNORE_INDEX, completion_mask
 from twinkle_exp.models.tokenizer import Tokenizer, encode_prompt
-
-IGNORE_INDEX = -100
 
 
 @dataclass
 class RolloutBatch:
+    """`group_size` samples of each of N / group_size prompts; group g occupies rows g*G .. g*G+G-1."""
+
     input_ids: torch.Tensor  # [N, P + C] left-padded prompt then completion, right-padded with pad id
     attention_mask: torch.Tensor  # [N, P + C] 1 on real tokens
     position_ids: torch.Tensor  # [N, P + C] 0.. on real tokens, 0 on padding
@@ -30,9 +31,23 @@ class RolloutBatch:
     old_logps: torch.Tensor  # [N, P + C] float32 log-prob of labels[:, t] under the sampler, 0 off labels
     completion_ids: list[list[int]]  # per sample, without the EOS
     completions: list[str]  # decoded completion text, without the EOS
-    completion_lengths: torch.Tensor  # [N] completion tokens incl. EOS (= labels != -100 per row)
     truncated: torch.Tensor  # [N] bool, max_new_tokens reached without EOS
-    prompt_index: torch.Tensor  # [N] source prompt; group g occupies rows g*G .. g*G+G-1
+    prompt_index: torch.Tensor  # [N] source prompt of each row: row // group_size
+    group_size: int  # G, samples per prompt
+
+    @property
+    def completion_mask(self) -> torch.Tensor:
+        """`[N, P + C]` bool, the completion tokens the loss scores (the loss's own definition)."""
+        return completion_mask(self.labels)
+
+    @property
+    def completion_lengths(self) -> torch.Tensor:
+        """`[N]` completion tokens per row, the ending EOS included."""
+        return self.completion_mask.sum(-1)
+
+    def per_row(self, per_prompt: list) -> list:
+        """Expand one value per prompt (answers, prompts) to one per row, in the batch's group layout."""
+        return [per_prompt[i] for i in self.prompt_index.tolist()]
 
 
 def cache_argument_name(model: nn.Module) -> str:
@@ -191,7 +206,7 @@ def generate(
         old_logps=torch.cat([zeros_p.float(), comp_logps], dim=1),
         completion_ids=completion_ids,
         completions=[tokenizer.decode(ids) for ids in completion_ids],
-        completion_lengths=completion_lengths,
         truncated=alive.clone(),
         prompt_index=prompt_index,
+        group_size=group_size,
     )

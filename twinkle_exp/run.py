@@ -11,11 +11,11 @@ import lightning as L
 import torch
 from hydra.utils import instantiate
 from lightning.pytorch.loggers import WandbLogger
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.config import check_config
+from twinkle_exp.config import Config, RewardConfig, TrainerConfig, typed_config
 from twinkle_exp.data import PromptStream
 from twinkle_exp.module import PolicyModule
 from twinkle_exp.progress import RolloutProgressBar
@@ -40,7 +40,7 @@ def _quiet_lightning() -> None:
     rank_zero.addFilter(lambda record: "litlogger" not in record.getMessage())
 
 
-def build_rewards(reward_cfg: DictConfig) -> RewardSet:
+def build_rewards(reward_cfg: RewardConfig) -> RewardSet:
     terms = [
         RewardFunction(name=str(name), fn=instantiate(term.fn), weight=term.weight)
         for name, term in reward_cfg.functions.items()
@@ -48,43 +48,50 @@ def build_rewards(reward_cfg: DictConfig) -> RewardSet:
     return RewardSet(terms)
 
 
-def _warmup_device(cfg: DictConfig) -> torch.device:
+def _warmup_device(trainer: TrainerConfig) -> torch.device:
     # The warm-start runs before Lightning takes over the devices: use the GPU the trainer would use.
-    wants_gpu = cfg.trainer.accelerator in ("auto", "gpu", "cuda")
+    wants_gpu = trainer.accelerator in ("auto", "gpu", "cuda")
     return torch.device("cuda" if wants_gpu and torch.cuda.is_available() else "cpu")
 
 
-def build_module(cfg: DictConfig) -> tuple[PolicyModule, dict[str, Any]]:
+def build_module(cfg: Config) -> tuple[PolicyModule, dict[str, Any]]:
     """Policy (warm-started), task, rewards and loss, wrapped in a PolicyModule."""
     torch.manual_seed(cfg.warmup.seed)  # the initial weights belong to the warm-start, not to the RL seed
     policy = instantiate(cfg.policy)
     task = instantiate(cfg.task)
-    rewards = build_rewards(cfg.reward)
-    loss_fn = instantiate(cfg.loss)
-    plain = OmegaConf.to_container(cfg, resolve=True)
     warm: dict[str, Any] = {"enabled": False}
     if cfg.warmup.enabled:
-        policy.model.to(_warmup_device(cfg))
-        key = cache_key(plain["policy"], plain["task"], plain["warmup"])
-        warm = warm_start(policy, task, plain["warmup"], key)
-    return PolicyModule(policy, task, rewards, loss_fn, plain, seed=cfg.seed), warm
+        policy.model.to(_warmup_device(cfg.trainer))
+        warm = warm_start(policy, task, cfg.warmup, cache_key(cfg.policy, cfg.task, cfg.warmup))
+    module = PolicyModule(
+        policy,
+        task,
+        build_rewards(cfg.reward),
+        instantiate(cfg.loss),
+        rollout=cfg.rollout,
+        advantage=cfg.advantage,
+        optim=cfg.optim,
+        trainer=cfg.trainer,
+        seed=cfg.seed,
+    )
+    return module, warm
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Run one experiment; returns the figures of its summary. The job's files go to Hydra's output dir."""
-    check_config(cfg)
+    typed = typed_config(cfg)
     _quiet_lightning()
     job = JobInfo.from_hydra()
-    status = RunStatus(job, cfg)
+    status = RunStatus(job, typed.seed)
     loggers: list[Any] = []
     start = time.time()
     try:
-        module, warm = build_module(cfg)
+        module, warm = build_module(typed)
         log.info("loss: %r", module.loss_fn)
-        L.seed_everything(cfg.seed, verbose=False)
-        loggers = build_loggers(cfg, job)
-        t = cfg.trainer
-        updates_per_rollout = cfg.optim.mu * cfg.optim.num_minibatches
+        L.seed_everything(typed.seed, verbose=False)
+        loggers = build_loggers(cfg, typed.logger, typed.sweep_name, job)
+        t = typed.trainer
+        updates_per_rollout = typed.optim.mu * typed.optim.num_minibatches
         callbacks = [RolloutProgressBar(updates_per_rollout)] if t.enable_progress_bar else []
         trainer = L.Trainer(
             max_steps=t.max_steps,
@@ -101,7 +108,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             limit_val_batches=0,
             num_sanity_val_steps=0,
         )
-        stream = PromptStream(module.task, cfg.rollout.prompts_per_step, cfg.seed)
+        stream = PromptStream(module.task, typed.rollout.prompts_per_step, typed.seed)
         trainer.fit(module, train_dataloaders=DataLoader(stream, batch_size=None))
         final = module.log_validation()  # also the first validation when no step ran (max_steps=0)
         first = module.first_val

@@ -12,6 +12,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from twinkle_exp import metric_names as M
+from twinkle_exp.config import LoggerConfig
+
 
 @dataclass
 class JobInfo:
@@ -69,27 +72,28 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def build_loggers(cfg: DictConfig, job: JobInfo) -> list[Any]:
+def build_loggers(cfg: DictConfig, logger: LoggerConfig, sweep_name: str | None, job: JobInfo) -> list[Any]:
+    """CSV always; wandb when `logger.wandb`, with the resolved `cfg` (and the git commit) as its config."""
     from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
     loggers: list[Any] = [CSVLogger(save_dir=str(job.output_dir), name="", version="")]
-    if not cfg.logger.wandb:
+    if not logger.wandb:
         return loggers
-    group = cfg.sweep_name or (Path(job.sweep_dir).name if job.multirun and job.sweep_dir else None)
-    tags = [f"{k}:{v}" for k, v in sorted(job.choices.items())] + list(cfg.logger.tags)
+    group = sweep_name or (Path(job.sweep_dir).name if job.multirun and job.sweep_dir else None)
+    tags = [f"{k}:{v}" for k, v in sorted(job.choices.items())] + list(logger.tags)
     config = OmegaConf.to_container(cfg, resolve=True)
     config["git_commit"] = git_commit()
     config["overrides"] = job.overrides
     loggers.append(
         WandbLogger(
-            project=cfg.logger.project,
-            entity=cfg.logger.entity,
+            project=logger.project,
+            entity=logger.entity,
             name=job.name,
             group=group,
             tags=tags,
-            job_type=cfg.logger.job_type,
+            job_type=logger.job_type,
             save_dir=str(job.output_dir),
-            mode=cfg.logger.mode,
+            mode=logger.mode,
             config=config,
             reinit="finish_previous",
         )
@@ -97,17 +101,36 @@ def build_loggers(cfg: DictConfig, job: JobInfo) -> list[Any]:
     return loggers
 
 
+def log_metrics(loggers: list[Any], metrics: dict[str, float], step: int) -> None:
+    """Straight to the loggers at optimizer step `step` (Lightning's self.log would step by batches)."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    for logger in loggers:
+        logger.log_metrics(metrics, step=step)
+        if isinstance(logger, CSVLogger):
+            logger.save()  # so a running job's metrics.csv is readable (the report, tail -f)
+
+
+def log_samples(loggers: list[Any], columns: list[str], rows: list[list[Any]], step: int) -> None:
+    """A table of sample completions, for the loggers that show tables (wandb)."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    for logger in loggers:
+        if isinstance(logger, WandbLogger):
+            logger.log_table(key=M.SAMPLES_TABLE, columns=columns, data=rows, step=step)
+
+
 class RunStatus:
     """`<output_dir>/run.json`: running / finished / failed, which the report reads."""
 
-    def __init__(self, job: JobInfo, cfg: DictConfig) -> None:
+    def __init__(self, job: JobInfo, seed: int) -> None:
         self.path = job.output_dir / "run.json"
         self.started = time.time()
         self.data: dict[str, Any] = {
             "status": "running",
             "overrides": job.overrides,
             "loss": job.choices.get("loss"),
-            "seed": cfg.seed,
+            "seed": seed,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started)),
             "wall_time_s": None,
             "error": None,

@@ -6,6 +6,7 @@ and every loss of a sweep shares one warm-start, so the cache key leaves out the
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -17,6 +18,7 @@ from typing import Any
 
 import torch
 
+from twinkle_exp.config import WarmupConfig
 from twinkle_exp.loss import IGNORE_INDEX, shift_logits_to_labels
 from twinkle_exp.models import encode_prompt
 from twinkle_exp.policy import Policy
@@ -26,9 +28,11 @@ log = logging.getLogger(__name__)
 CACHE_FORMAT = 1  # bump when the warm-start procedure changes, so old checkpoints are not reused
 
 
-def cache_key(policy_cfg: dict, task_cfg: dict, warmup_cfg: dict) -> str:
+def cache_key(policy_cfg: dict, task_cfg: dict, warmup: WarmupConfig) -> str:
+    """Digest of what determines the warm-start: the policy's and task's resolved configs, and the procedure."""
     material = {"format": CACHE_FORMAT, "policy": policy_cfg, "task": task_cfg}
-    material["warmup"] = {k: v for k, v in warmup_cfg.items() if k not in ("cache_dir", "enabled")}
+    procedure = dataclasses.asdict(warmup)
+    material["warmup"] = {k: v for k, v in procedure.items() if k not in ("cache_dir", "enabled")}
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -75,16 +79,16 @@ def supervised_train(
     return float(loss)
 
 
-def warm_start(policy: Policy, task: Task, cfg: dict, key: str) -> dict[str, Any]:
+def warm_start(policy: Policy, task: Task, cfg: WarmupConfig, key: str) -> dict[str, Any]:
     """Load the cached warm-start for `key`, or train it and cache it. Returns what happened, for the logs."""
-    path = Path(os.path.expanduser(cfg["cache_dir"])) / f"warmup-{key}.pt"
+    path = Path(os.path.expanduser(cfg.cache_dir)) / f"warmup-{key}.pt"
     if path.exists():
         policy.model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         log.info("warm-start: reused %s", path)
         return {"path": str(path), "cached": True}
-    log.info("warm-start: %d supervised steps (cache miss, writing %s)", cfg["steps"], path)
+    log.info("warm-start: %d supervised steps (cache miss, writing %s)", cfg.steps, path)
     loss = supervised_train(
-        policy, task, steps=cfg["steps"], batch_size=cfg["batch_size"], lr=cfg["lr"], seed=cfg["seed"]
+        policy, task, steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, seed=cfg.seed
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     # Write then rename, so a parallel job of the same sweep never reads a half-written file.

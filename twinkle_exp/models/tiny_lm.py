@@ -20,11 +20,11 @@ KVCache = tuple[tuple[torch.Tensor, torch.Tensor], ...]
 @dataclass(frozen=True)
 class TinyLMConfig:
     vocab_size: int
-    d_model: int = 128
-    n_layers: int = 2
-    n_heads: int = 4
-    max_seq_len: int = 128
-    dropout: float = 0.0
+    d_model: int
+    n_layers: int
+    n_heads: int
+    max_seq_len: int
+    dropout: float
 
 
 @dataclass
@@ -105,11 +105,12 @@ class TinyCausalLM(nn.Module):
     def __init__(
         self,
         vocab_size: int,
-        d_model: int = 128,
-        n_layers: int = 2,
-        n_heads: int = 4,
-        max_seq_len: int = 128,
-        dropout: float = 0.0,
+        *,
+        d_model: int,
+        n_layers: int,
+        n_heads: int,
+        max_seq_len: int,
+        dropout: float,
     ):
         super().__init__()
         if d_model % n_heads != 0:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 from twinkle_exp.tasks.base import Example, ProceduralTask, check_length_range
 
 
+@dataclass(kw_only=True, eq=False)
 class AdditionTask(ProceduralTask):
     """Add two non-negative integers of `min_digits`..`max_digits` digits each.
 
@@ -17,11 +19,11 @@ class AdditionTask(ProceduralTask):
 
     name = "addition"
 
-    def __init__(self, min_digits: int = 1, max_digits: int = 3, seed: int = 0, num_validation: int = 128):
-        check_length_range(min_digits, max_digits, "digits")
-        self.min_digits = min_digits
-        self.max_digits = max_digits
-        super().__init__(seed=seed, num_validation=num_validation)
+    min_digits: int = 1
+    max_digits: int = 3
+
+    def check(self) -> None:
+        check_length_range(self.min_digits, self.max_digits, "digits")
 
     def _operand_range(self) -> tuple[int, int]:
         low = 0 if self.min_digits == 1 else 10 ** (self.min_digits - 1)

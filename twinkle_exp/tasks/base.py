@@ -43,28 +43,35 @@ def check_printable_ascii(text: str, what: str) -> None:
         raise ValueError(f"{what} must be non-empty printable ASCII without whitespace, got {text!r}")
 
 
+@dataclass(kw_only=True, eq=False)
 class ProceduralTask(Task):
     """A task whose examples are generated from a seeded RNG over a finite space of prompts.
 
-    Subclasses give the size of the prompt space and a way to draw one example; this class draws the
-    validation set once (from `random.Random(seed)`, which is the same on every platform) and rejects those
-    prompts when sampling training examples.
+    Subclasses are keyword-only dataclasses: their fields are their parameters (and the config schema of
+    their `conf/task` option). They check their own fields in `check`, give the size of the prompt space and
+    a way to draw one example; this class draws the validation set once (from `random.Random(seed)`, which
+    is the same on every platform) and rejects those prompts when sampling training examples.
     """
 
-    def __init__(self, seed: int = 0, num_validation: int = 128) -> None:
-        if num_validation < 1:
-            raise ValueError(f"num_validation must be >= 1, got {num_validation}")
+    seed: int = 0  # fixes the held-out set, the same for every RL seed
+    num_validation: int = 128
+
+    def __post_init__(self) -> None:
+        self.check()
+        if self.num_validation < 1:
+            raise ValueError(f"num_validation must be >= 1, got {self.num_validation}")
         space = self.num_prompts()
         # Strictly more than num_validation: at least one prompt must be left over for training.
-        if space <= num_validation:
+        if space <= self.num_validation:
             raise ValueError(
                 f"{type(self).__name__} has only {space} distinct prompts; cannot hold out "
-                f"num_validation={num_validation} and still train. Lower num_validation or enlarge the task."
+                f"num_validation={self.num_validation} and still train. Lower num_validation or enlarge the task."
             )
-        self.seed = seed
-        self.num_validation = num_validation
         self._validation = self._draw_validation()
         self._validation_prompts = frozenset(ex.prompt for ex in self._validation)
+
+    def check(self) -> None:
+        """Raise ValueError naming a field whose value the task cannot use."""
 
     @abstractmethod
     def num_prompts(self) -> int:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 from twinkle_exp.tasks.base import Example, ProceduralTask, check_length_range, check_printable_ascii
 
 
+@dataclass(kw_only=True, eq=False)
 class ReverseTask(ProceduralTask):
     """Reverse a string of `min_len`..`max_len` characters from `alphabet`.
 
@@ -16,23 +18,16 @@ class ReverseTask(ProceduralTask):
 
     name = "reverse"
 
-    def __init__(
-        self,
-        min_len: int = 3,
-        max_len: int = 8,
-        alphabet: str = "abcdefgh",
-        seed: int = 0,
-        num_validation: int = 128,
-    ):
-        check_length_range(min_len, max_len, "len")
-        check_printable_ascii(alphabet, "alphabet")
-        if len(set(alphabet)) != len(alphabet):
+    min_len: int = 3
+    max_len: int = 8
+    alphabet: str = "abcdefgh"
+
+    def check(self) -> None:
+        check_length_range(self.min_len, self.max_len, "len")
+        check_printable_ascii(self.alphabet, "alphabet")
+        if len(set(self.alphabet)) != len(self.alphabet):
             # Repeats would skew the character distribution and the count of distinct prompts.
-            raise ValueError(f"alphabet has repeated characters: {alphabet!r}")
-        self.min_len = min_len
-        self.max_len = max_len
-        self.alphabet = alphabet
-        super().__init__(seed=seed, num_validation=num_validation)
+            raise ValueError(f"alphabet has repeated characters: {self.alphabet!r}")
 
     def num_prompts(self) -> int:
         return sum(len(self.alphabet) ** k for k in range(self.min_len, self.max_len + 1))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 from twinkle_exp.tasks.base import Example, ProceduralTask, check_length_range
 
 
+@dataclass(kw_only=True, eq=False)
 class SortDigitsTask(ProceduralTask):
     """Sort a string of `min_len`..`max_len` decimal digits ascending (repeats kept: "3113" -> "1133").
 
@@ -15,11 +17,11 @@ class SortDigitsTask(ProceduralTask):
 
     name = "sort_digits"
 
-    def __init__(self, min_len: int = 3, max_len: int = 8, seed: int = 0, num_validation: int = 128):
-        check_length_range(min_len, max_len, "len")
-        self.min_len = min_len
-        self.max_len = max_len
-        super().__init__(seed=seed, num_validation=num_validation)
+    min_len: int = 3
+    max_len: int = 8
+
+    def check(self) -> None:
+        check_length_range(self.min_len, self.max_len, "len")
 
     def num_prompts(self) -> int:
         return sum(10**k for k in range(self.min_len, self.max_len + 1))
