@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import csv
 import math
 
-import lightning as L
+import module_helpers
 import pytest
 import torch
-from lightning.pytorch.loggers import CSVLogger
-from torch.utils.data import DataLoader
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
-from twinkle_exp.data import PromptStream
 from twinkle_exp.loss import GRPOLoss, SAPOLoss
 from twinkle_exp.module import PolicyModule
-from twinkle_exp.policy import tiny_policy
-from twinkle_exp.rewards import RewardFunction, RewardSet
-from twinkle_exp.tasks import AdditionTask
 
 MU, NUM_MINIBATCHES = 2, 2
 
@@ -32,57 +24,28 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def digit_fraction(prompts: list[str], completions: list[str], answers: list[str]) -> list[float]:
-    """Share of digits in the completion: a dense reward that differs between random completions."""
-    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
-
-
-def make_configs() -> dict:
-    return {
-        "rollout": RolloutConfig(prompts_per_step=4, group_size=4, max_new_tokens=8),
-        "advantage": AdvantageConfig(scale="group"),
-        "optim": OptimConfig(lr=1e-3, mu=MU, num_minibatches=NUM_MINIBATCHES, max_grad_norm=1.0),
-        "trainer": TrainerConfig(val_every=10, val_batch_size=8, samples_every=1000),
-    }
-
-
 def make_module(loss, seed: int = 0) -> PolicyModule:
-    torch.manual_seed(seed)
-    # No warm-start: a random policy sampling at temperature 1 writes random characters, so the digit
-    # fraction differs within a group, the group-relative advantages are non-zero, and every parameter
-    # (embeddings, attention, MLPs, norms, head) gets a non-zero policy-gradient.
-    policy = tiny_policy(d_model=32, n_layers=1, n_heads=2, max_seq_len=32)
-    task = AdditionTask(min_digits=1, max_digits=2, num_validation=8)
-    rewards = RewardSet([RewardFunction("digits", digit_fraction)])
-    return PolicyModule(policy, task, rewards, loss, **make_configs(), seed=seed)
+    return module_helpers.make_module(loss, seed, mu=MU, num_minibatches=NUM_MINIBATCHES)
 
 
 def fit_one_rollout(module: PolicyModule, tmp_path) -> list[dict[str, str]]:
     """Train on one rollout (MU x NUM_MINIBATCHES optimizer steps); returns the rows of metrics.csv."""
-    trainer = L.Trainer(
-        max_steps=MU * NUM_MINIBATCHES,
-        accelerator="cpu",
-        devices=1,
-        logger=CSVLogger(str(tmp_path), name="", version=""),
-        enable_progress_bar=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        default_root_dir=str(tmp_path),
-    )
-    stream = PromptStream(module.task, module.rollout_cfg.prompts_per_step, seed=0)
-    trainer.fit(module, train_dataloaders=DataLoader(stream, batch_size=None))
-    assert trainer.global_step == MU * NUM_MINIBATCHES
-    for logger in trainer.loggers:
-        logger.save()
-    with open(tmp_path / "metrics.csv") as f:
-        return list(csv.DictReader(f))
+    rows = module_helpers.fit(module, tmp_path, max_steps=MU * NUM_MINIBATCHES)
+    assert module.trainer.global_step == MU * NUM_MINIBATCHES
+    return rows
+
+
+def _floats(row: dict[str, str]) -> dict[str, float]:
+    return {k: float(v) for k, v in row.items() if v != ""}
 
 
 def _train_row(rows: list[dict[str, str]]) -> dict[str, float]:
-    [row] = [r for r in rows if r.get(M.LOSS)]
-    return {k: float(v) for k, v in row.items() if v != ""}
+    """The rollout's row merged with its last optimizer step's; checks there is one update row per step."""
+    updates = [_floats(r) for r in rows if r.get(M.LOSS)]
+    assert [int(r["step"]) for r in updates] == list(range(1, MU * NUM_MINIBATCHES + 1))
+    [rollout] = [_floats(r) for r in rows if r.get(M.REWARD_MEAN)]
+    assert rollout["step"] == MU * NUM_MINIBATCHES  # logged when the rollout's updates are done
+    return rollout | updates[-1]
 
 
 def _snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -73,7 +73,7 @@ def test_batch_layout_is_consistent():
         prompt = encoded[row // 3]
         assert b.input_ids[row, p - len(prompt) : p].tolist() == prompt
         assert b.attention_mask[row, : p - len(prompt)].sum() == 0
-        assert b.completions[row] == TOK.decode(b.completion_ids[row])
+        assert b.completions[row] == TOK.decode(b.completion_ids[row], skip_special_tokens=False)
         n_eos = int(not b.truncated[row])
         assert len(b.completion_ids[row]) == b.completion_lengths[row] - n_eos
 

@@ -42,6 +42,8 @@ class RewardTermConfig:
 @dataclass
 class RewardConfig:
     functions: dict[str, RewardTermConfig] = field(default_factory=dict)
+    # The most a completion cut off at max_new_tokens without EOS can score; null: no cap.
+    truncated_max: float | None = 0.0
 
 
 @dataclass
@@ -66,11 +68,17 @@ class OptimConfig:
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.99)
     warmup_steps: int = 0  # linear learning-rate warm-up, in optimizer steps
-    max_grad_norm: float = 1.0
+    max_grad_norm: float | None = 1.0  # on unscaled gradients; 0 or null: no clipping (as in TRL)
     mu: int = 2  # epochs over each rollout: > 1 makes ratios leave 1, so clipping matters
     num_minibatches: int = 2  # optimizer steps per epoch
     # Sequences per backward (gradient accumulation); None: the whole minibatch at once.
     micro_batch_size: int | None = None
+    # Where the loss's old log-probs come from: "recompute" them with the update's own forward (no grad,
+    # before the first update of the rollout), keep the "sampler"'s, or "auto": recompute whenever the two
+    # can differ numerically (a precision other than 32-bit, or a model with dropout).
+    old_logps: str = "auto"
+    # Apply the model's dropout in the update (train mode). Off by default, so an on-policy ratio is exactly 1.
+    update_dropout: bool = False
 
 
 @dataclass

@@ -29,10 +29,10 @@ def greedy_accuracy(
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
         prompts, answers = [e.prompt for e in chunk], [e.answer for e in chunk]
-        completions = generate(
-            model, tokenizer, prompts, max_new_tokens=max_new_tokens, greedy=True
-        ).completions
-        correct += sum(exact_match(prompts, completions, answers))
-        reward_sum += float(rewards(prompts, completions, answers)[0].sum())
+        decoded = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, greedy=True)
+        matches = exact_match(prompts, decoded.completions, answers)
+        # An answer cut off at the budget is not exact, whatever its text (see RewardSet.truncated_max).
+        correct += sum(m for m, cut in zip(matches, decoded.truncated.tolist(), strict=True) if not cut)
+        reward_sum += float(rewards(prompts, decoded.completions, answers, decoded.truncated)[0].sum())
     model.train(was_training)
     return {M.VAL_ACCURACY: correct / len(examples), M.VAL_REWARD_MEAN: reward_sum / len(examples)}

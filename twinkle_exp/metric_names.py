@@ -14,8 +14,12 @@ LOSS = "train/loss"
 ENTROPY = "train/entropy"
 COMPLETION_MEAN_LENGTH = "train/completions/mean_length"
 COMPLETION_CLIPPED_RATIO = "train/completions/clipped_ratio"  # no EOS within max_new_tokens
-GRAD_NORM = "train/grad_norm"
-LEARNING_RATE = "train/lr"
+GRAD_NORM = "train/grad_norm"  # of the unscaled gradients, before clipping
+LEARNING_RATE = "train/lr"  # the rate the optimizer step used
+# |trainer's log-prob - sampler's| per completion token, on a rollout's first minibatch before any update:
+# how far the sampler (KV-cached, maybe another precision or engine) is from the training forward.
+LOGP_MISMATCH_MEAN = "train/logp_mismatch/mean"
+LOGP_MISMATCH_MAX = "train/logp_mismatch/max"
 ROLLOUT_INDEX = "train/rollout"
 TIME_ROLLOUT = "time/rollout_s"
 TIME_REFERENCE = "time/reference_s"

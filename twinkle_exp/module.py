@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-import math
+import logging
 from typing import Any
 
 import lightning as L
@@ -13,13 +13,16 @@ from twinkle_exp import metric_names as M
 from twinkle_exp.advantages import group_advantages
 from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
 from twinkle_exp.evaluation import greedy_accuracy
+from twinkle_exp.old_logps import has_dropout, recompute_old_logps, should_recompute
 from twinkle_exp.policy import Policy, sequence_logps
 from twinkle_exp.rewards import RewardSet
 from twinkle_exp.rollout import RolloutBatch, generate
 from twinkle_exp.rollout_metrics import StageTimer, rollout_metrics
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking import log_metrics, log_samples
-from twinkle_exp.update_metrics import UpdateMetrics
+from twinkle_exp.update_metrics import StepMetrics
+
+log = logging.getLogger(__name__)
 
 
 class PolicyModule(L.LightningModule):
@@ -48,12 +51,14 @@ class PolicyModule(L.LightningModule):
         self.policy = policy.model
         self.tokenizer = policy.tokenizer
         self.task, self.rewards, self.seed = task, rewards, seed
-        self.rollout_cfg, self.advantage_cfg, self.optim_cfg, self.trainer_cfg = (
-            rollout,
-            advantage,
-            optim,
-            trainer,
-        )
+        self.rollout_cfg, self.advantage_cfg = rollout, advantage
+        self.optim_cfg, self.trainer_cfg = optim, trainer
+        rows = rollout.prompts_per_step * rollout.group_size
+        if optim.num_minibatches > rows:
+            raise ValueError(
+                f"optim.num_minibatches={optim.num_minibatches} is more than the {rows} samples of a rollout "
+                f"(rollout.prompts_per_step x rollout.group_size)"
+            )
         # Kept in a list so Lightning neither registers it (no checkpoint, no DDP wrap) nor trains it.
         self._reference: list[torch.nn.Module] = []
         self._started = False
@@ -91,6 +96,13 @@ class PolicyModule(L.LightningModule):
         self._started = True
         if self.reference is not None:
             self.reference.to(self.device)
+        self._recompute_old_logps = should_recompute(
+            self.optim_cfg.old_logps, self.trainer.precision, self.policy
+        )
+        if self.optim_cfg.update_dropout and has_dropout(self.policy):
+            log.warning(
+                "optim.update_dropout=true: dropout is on in the update, so on-policy ratios are not 1"
+            )
         self._sampler = torch.Generator(device=self.device).manual_seed(self.seed * 1000 + self.global_rank)
         self._shuffler = torch.Generator().manual_seed(self.seed * 1000 + self.global_rank)
 
@@ -102,15 +114,14 @@ class PolicyModule(L.LightningModule):
         with timer(M.TIME_ROLLOUT):
             rollout = self._rollout(batch["prompts"])
         prompts, answers = rollout.per_row(batch["prompts"]), rollout.per_row(batch["answers"])
-        rewards, per_fn = self.rewards(prompts, rollout.completions, answers)
+        rewards, per_fn = self.rewards(prompts, rollout.completions, answers, rollout.truncated)
         adv = group_advantages(rewards, rollout.group_size, self.advantage_cfg.scale, self.advantage_cfg.eps)
         with timer(M.TIME_REFERENCE):
             ref_logps = self._reference_logps(rollout)
         with timer(M.TIME_UPDATE):
-            update = self._update(rollout, adv.advantages.to(self.device), ref_logps)
-        metrics = rollout_metrics(rollout, rewards, per_fn, adv, timer, epochs=self.optim_cfg.mu) | update
-        metrics |= {M.ROLLOUT_INDEX: float(self.rollouts_done), M.LEARNING_RATE: self._lr()}
-        log_metrics(self.loggers, metrics, self.global_step)
+            self._update(rollout, adv.advantages.to(self.device), ref_logps)
+        metrics = rollout_metrics(rollout, rewards, per_fn, adv, timer, epochs=self.optim_cfg.mu)
+        log_metrics(self.loggers, metrics | {M.ROLLOUT_INDEX: float(self.rollouts_done)}, self.global_step)
         self.log("reward", rewards.mean(), prog_bar=True, logger=False)
         self.rollouts_done += 1
         if self.rollouts_done % self.trainer_cfg.samples_every == 0:
@@ -151,46 +162,78 @@ class PolicyModule(L.LightningModule):
         )
         return logps
 
-    def _update(self, b: RolloutBatch, advantages: torch.Tensor, ref_logps: torch.Tensor | None) -> dict:
-        """mu epochs over shuffled minibatches; each minibatch is one optimizer step (micro-batched inside)."""
-        opt_cfg = self.optim_cfg
-        optimizer, schedule = self.optimizers(), self.lr_schedulers()
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # Lightning calls this after it unscales AMP (16-mixed) gradients, so the norm and the clipping see
+        # the true gradients under every precision.
+        max_norm = self.optim_cfg.max_grad_norm or float("inf")  # 0 or None: measure, do not clip
+        self._grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), max_norm)
+
+    def _update(self, b: RolloutBatch, advantages: torch.Tensor, ref_logps: torch.Tensor | None) -> None:
+        """mu epochs of num_minibatches optimizer steps over shuffled rows, each logged at its own step.
+
+        Stops at trainer.max_steps, so the last rollout runs only the steps left.
+        """
+        opt = self.optim_cfg
         n = b.input_ids.shape[0]
-        minibatch = math.ceil(n / opt_cfg.num_minibatches)
-        micro = opt_cfg.micro_batch_size or minibatch
+        epochs = [
+            torch.randperm(n, generator=self._shuffler).tensor_split(opt.num_minibatches)
+            for _ in range(opt.mu)
+        ]
+        micro = opt.micro_batch_size or n
+        old_logps = b.old_logps
+        if self._recompute_old_logps:
+            self.policy.eval()
+            first_step_split = [part.to(self.device) for rows in epochs[0] for part in rows.split(micro)]
+            old_logps = recompute_old_logps(self.policy, b, first_step_split, self.rollout_cfg.temperature)
+        self.policy.train(opt.update_dropout)
+        for step, rows in enumerate(rows for epoch in epochs for rows in epoch):
+            if self.global_step >= self.trainer.max_steps:
+                break
+            parts = [part.to(self.device) for part in rows.split(micro)]
+            stats = self._optimizer_step(b, parts, advantages, old_logps, ref_logps, sampler_gap=step == 0)
+            log_metrics(self.loggers, stats, self.global_step)
+
+    def _optimizer_step(
+        self,
+        b: RolloutBatch,
+        parts: list[torch.Tensor],
+        advantages: torch.Tensor,
+        old_logps: torch.Tensor,
+        ref_logps: torch.Tensor | None,
+        sampler_gap: bool,
+    ) -> dict[str, float]:
+        """One optimizer step on the rows `parts` (its micro-batches); returns the step's metrics."""
+        optimizer = self.optimizers()
         mask = b.completion_mask
-        stats = UpdateMetrics()
-        self.policy.train()
-        for epoch in range(opt_cfg.mu):
-            for rows in torch.randperm(n, generator=self._shuffler).split(minibatch):
-                rows = rows.to(self.device)
-                totals = {"num_sequences": len(rows), "num_tokens": int(mask[rows].sum())}
-                optimizer.zero_grad(set_to_none=True)
-                for part in rows.split(micro):
-                    logps, entropy = sequence_logps(
-                        self.policy,
-                        b.input_ids[part],
-                        b.attention_mask[part],
-                        b.position_ids[part],
-                        b.labels[part],
-                        temperature=self.rollout_cfg.temperature,
-                        with_entropy=epoch == 0,
-                    )
-                    out = self.loss_fn(
-                        logps=logps,
-                        labels=b.labels[part],
-                        advantages=advantages[part],
-                        old_logps=b.old_logps[part],
-                        ref_logps=None if ref_logps is None else ref_logps[part],
-                        **totals,
-                    )
-                    self.manual_backward(out.loss)
-                    stats.add_micro(out, entropy, mask[part])
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), opt_cfg.max_grad_norm)
-                optimizer.step()
-                schedule.step()
-                stats.end_step(grad_norm)
-        return stats.summary()
+        rows = torch.cat(parts)
+        totals = {"num_sequences": len(rows), "num_tokens": int(mask[rows].sum())}
+        stats = StepMetrics()
+        optimizer.zero_grad(set_to_none=True)
+        for part in parts:
+            logps, entropy = sequence_logps(
+                self.policy,
+                b.input_ids[part],
+                b.attention_mask[part],
+                b.position_ids[part],
+                b.labels[part],
+                temperature=self.rollout_cfg.temperature,
+                with_entropy=True,
+            )
+            out = self.loss_fn(
+                logps=logps,
+                labels=b.labels[part],
+                advantages=advantages[part],
+                old_logps=old_logps[part],
+                ref_logps=None if ref_logps is None else ref_logps[part],
+                **totals,
+            )
+            self.manual_backward(out.loss)
+            gap = logps.detach() - b.old_logps[part] if sampler_gap else None
+            stats.add_micro(out, mask[part], entropy, gap)
+        lr = self._lr()
+        optimizer.step()  # clips in on_before_optimizer_step
+        self.lr_schedulers().step()
+        return stats.summary(self._grad_norm, lr)
 
     # --- validation --------------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:

@@ -95,9 +95,13 @@ class RewardFunction:
 
 
 class RewardSet:
-    """A weighted sum of reward functions, each output checked before it can reach the advantages."""
+    """A weighted sum of reward functions, each output checked before it can reach the advantages.
 
-    def __init__(self, functions: Sequence[RewardFunction]) -> None:
+    `truncated_max` caps the total reward of a completion cut off at the sampler's budget without EOS (0.0 by
+    default: such a completion is never exact, even when its text matches); None scores it like any other.
+    """
+
+    def __init__(self, functions: Sequence[RewardFunction], truncated_max: float | None = 0.0) -> None:
         functions = list(functions)
         if not functions:
             raise ValueError("RewardSet needs at least one reward function")
@@ -106,11 +110,19 @@ class RewardSet:
         if duplicates:
             raise ValueError(f"reward function names must be unique, repeated: {duplicates}")
         self.functions = functions
+        self.truncated_max = truncated_max
 
     def __call__(
-        self, prompts: list[str], completions: list[str], answers: list[str]
+        self,
+        prompts: list[str],
+        completions: list[str],
+        answers: list[str],
+        truncated: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Returns (total `[N]` float32 weighted sum, {name: raw values `[N]` float32})."""
+        """Returns (total `[N]` float32 weighted sum, {name: raw values `[N]` float32}).
+
+        `truncated` `[N]` bool marks completions without EOS; their total is capped at `truncated_max`.
+        """
         n = len(completions)
         if len(prompts) != n or len(answers) != n:
             raise ValueError(
@@ -123,6 +135,8 @@ class RewardSet:
             values = _checked(rf.name, rf.fn(list(prompts), list(completions), list(answers)), n)
             raw[rf.name] = values.to(torch.float32)
             total += rf.weight * values
+        if truncated is not None and self.truncated_max is not None:
+            total = torch.where(truncated.cpu(), total.clamp(max=self.truncated_max), total)
         total32 = total.to(torch.float32)
         if not torch.isfinite(total32).all():
             raise ValueError("total reward overflows float32; check the weights and reward magnitudes")

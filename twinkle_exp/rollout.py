@@ -30,7 +30,7 @@ class RolloutBatch:
     labels: torch.Tensor  # [N, P + C] completion ids incl. the ending EOS, -100 on prompt and padding
     old_logps: torch.Tensor  # [N, P + C] float32 log-prob of labels[:, t] under the sampler, 0 off labels
     completion_ids: list[list[int]]  # per sample, without the EOS
-    completions: list[str]  # decoded completion text, without the EOS
+    completions: list[str]  # decoded completion text, without the final EOS; other specials kept as text
     truncated: torch.Tensor  # [N] bool, max_new_tokens reached without EOS
     prompt_index: torch.Tensor  # [N] source prompt of each row: row // group_size
     group_size: int  # G, samples per prompt
@@ -205,7 +205,8 @@ def generate(
         labels=labels,
         old_logps=torch.cat([zeros_p.float(), comp_logps], dim=1),
         completion_ids=completion_ids,
-        completions=[tokenizer.decode(ids) for ids in completion_ids],
+        # Specials inside a completion stay in its text, so a reward sees what was sampled ("c<pad>b" != "cb").
+        completions=[tokenizer.decode(ids, skip_special_tokens=False) for ids in completion_ids],
         truncated=alive.clone(),
         prompt_index=prompt_index,
         group_size=group_size,

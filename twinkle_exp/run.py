@@ -45,7 +45,7 @@ def build_rewards(reward_cfg: RewardConfig) -> RewardSet:
         RewardFunction(name=str(name), fn=instantiate(term.fn), weight=term.weight)
         for name, term in reward_cfg.functions.items()
     ]
-    return RewardSet(terms)
+    return RewardSet(terms, truncated_max=reward_cfg.truncated_max)
 
 
 def _warmup_device(trainer: TrainerConfig) -> torch.device:

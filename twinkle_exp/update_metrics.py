@@ -1,8 +1,6 @@
-"""Accumulates the loss's metrics over the micro-batches and optimizer steps of one rollout."""
+"""The metrics of one optimizer step, accumulated over its micro-batches and read off with one host sync."""
 
 from __future__ import annotations
-
-from collections import defaultdict
 
 import torch
 
@@ -10,54 +8,62 @@ from twinkle_exp import metric_names as M
 from twinkle_exp.loss import LossOutput
 from twinkle_exp.loss import metric_keys as K
 
-# Keys whose micro-batch values add up to the minibatch's value (they are normalised by the step's totals).
+# Keys whose micro-batch values add up to the step's value (the loss normalises them by the step's totals).
 _SUMMED = (K.POLICY_LOSS,)
-# Per-optimizer-step values, averaged over the rollout's steps, and the keys they are logged under.
-_PER_STEP = {"loss": M.LOSS, "grad_norm": M.GRAD_NORM} | {key: M.TRAIN + key for key in _SUMMED}
 
 
-class UpdateMetrics:
-    """Token-weighted means of the loss metrics, min/max of the ratio, and per-step loss and grad norm."""
+class StepMetrics:
+    """Token-weighted means of the loss metrics, min/max of the ratio, summed loss, entropy, sampler gap."""
 
     def __init__(self) -> None:
-        self._weighted: dict[str, float] = defaultdict(float)
-        self._tokens = 0.0
-        self._steps: list[dict[str, float]] = []
-        self._step_sums: dict[str, float] = defaultdict(float)
-        self._min = float("inf")
-        self._max = float("-inf")
-        self._entropy_sum, self._entropy_tokens = 0.0, 0.0
+        self._weighted: dict[str, torch.Tensor] = {}
+        self._summed: dict[str, torch.Tensor] = {}
+        self._tokens: torch.Tensor | float = 0.0
+        self._min: list[torch.Tensor] = []
+        self._max: list[torch.Tensor] = []
+        self._entropy: torch.Tensor | None = None
+        self._gap: list[torch.Tensor] = []
 
-    def add_micro(self, out: LossOutput, entropy: torch.Tensor | None, mask: torch.Tensor) -> None:
-        """One micro-batch: `mask` `[b, T]` marks its completion tokens, `entropy` `[b, T]` or None."""
-        tokens = float(mask.sum())
-        self._tokens += tokens
-        self._step_sums["loss"] += float(out.loss.detach())
+    def add_micro(
+        self,
+        out: LossOutput,
+        mask: torch.Tensor,
+        entropy: torch.Tensor | None = None,
+        sampler_gap: torch.Tensor | None = None,
+    ) -> None:
+        """One micro-batch: `mask` `[b, T]` its completion tokens, `entropy` `[b, T]`, `sampler_gap` `[b, T]`
+        the trainer's minus the sampler's log-probs (given on a rollout's first step, before any update)."""
+        tokens = mask.sum()
+        self._tokens = self._tokens + tokens
+        self._summed[M.LOSS] = self._summed.get(M.LOSS, 0.0) + out.loss.detach()
         for key, value in out.metrics.items():
             if key in _SUMMED:
-                self._step_sums[key] += float(value)
+                self._summed[M.TRAIN + key] = self._summed.get(M.TRAIN + key, 0.0) + value
             elif key == K.RATIO_MIN:
-                self._min = min(self._min, float(value))
+                self._min.append(value)
             elif key == K.RATIO_MAX:
-                self._max = max(self._max, float(value))
+                self._max.append(value)
             else:
-                self._weighted[key] += float(value) * tokens
+                self._weighted[M.TRAIN + key] = self._weighted.get(M.TRAIN + key, 0.0) + value * tokens
         if entropy is not None:
-            self._entropy_sum += float((entropy * mask).sum())
-            self._entropy_tokens += tokens
+            self._entropy = (entropy * mask).sum() + (0.0 if self._entropy is None else self._entropy)
+        if sampler_gap is not None:
+            self._gap.append(sampler_gap.abs()[mask])
 
-    def end_step(self, grad_norm: torch.Tensor) -> None:
-        self._steps.append({**self._step_sums, "grad_norm": float(grad_norm)})
-        self._step_sums = defaultdict(float)
-
-    def summary(self) -> dict[str, float]:
-        """Means over the rollout's optimizer steps, keyed as the trainer logs them."""
-        out = {M.TRAIN + k: v / max(self._tokens, 1.0) for k, v in self._weighted.items()}
-        out[M.TRAIN + K.RATIO_MIN] = self._min
-        out[M.TRAIN + K.RATIO_MAX] = self._max
-        steps = max(len(self._steps), 1)
-        for key, logged_as in _PER_STEP.items():
-            out[logged_as] = sum(step.get(key, 0.0) for step in self._steps) / steps
-        if self._entropy_tokens:
-            out[M.ENTROPY] = self._entropy_sum / self._entropy_tokens
-        return out
+    def summary(self, grad_norm: torch.Tensor, lr: float) -> dict[str, float]:
+        """The step's metrics, keyed as the trainer logs them; `lr` is the rate this step used."""
+        tokens = torch.as_tensor(self._tokens).float().clamp(min=1.0)
+        values = {key: total / tokens for key, total in self._weighted.items()}
+        values |= self._summed
+        values[M.TRAIN + K.RATIO_MIN] = torch.stack(self._min).min()
+        values[M.TRAIN + K.RATIO_MAX] = torch.stack(self._max).max()
+        if self._entropy is not None:
+            values[M.ENTROPY] = self._entropy / tokens
+        values[M.GRAD_NORM] = grad_norm
+        if self._gap:
+            gap = torch.cat(self._gap)
+            values[M.LOGP_MISMATCH_MEAN], values[M.LOGP_MISMATCH_MAX] = gap.mean(), gap.max()
+        keys, device = list(values), tokens.device
+        floats = torch.stack([torch.as_tensor(values[k], dtype=torch.float32, device=device) for k in keys])
+        floats = floats.tolist()  # the step's one host sync
+        return dict(zip(keys, floats, strict=True)) | {M.LEARNING_RATE: lr}

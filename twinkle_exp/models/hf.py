@@ -56,10 +56,10 @@ class HFTokenizerAdapter:
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def decode(self, ids: Iterable[int] | torch.Tensor) -> str:
+    def decode(self, ids: Iterable[int] | torch.Tensor, skip_special_tokens: bool = True) -> str:
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
 
 def load_hf_causal_lm(

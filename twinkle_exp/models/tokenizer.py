@@ -28,7 +28,7 @@ class Tokenizer(Protocol):
     @property
     def vocab_size(self) -> int: ...
     def encode(self, text: str) -> list[int]: ...
-    def decode(self, ids: Iterable[int] | torch.Tensor) -> str: ...
+    def decode(self, ids: Iterable[int] | torch.Tensor, skip_special_tokens: bool = True) -> str: ...
 
 
 class CharTokenizer:
@@ -66,14 +66,15 @@ class CharTokenizer:
             ids.append(i)
         return ids
 
-    def decode(self, ids: Iterable[int] | torch.Tensor) -> str:
+    def decode(self, ids: Iterable[int] | torch.Tensor, skip_special_tokens: bool = True) -> str:
+        """Text of `ids`; special tokens are dropped, or written as `<pad>`, `<bos>`, `<eos>` when kept."""
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()
         out = []
         for i in ids:
             if not 0 <= i < self.vocab_size:
                 raise ValueError(f"token id {i} is outside the vocabulary [0, {self.vocab_size})")
-            if i >= len(SPECIALS):
+            if i >= len(SPECIALS) or not skip_special_tokens:
                 out.append(self._id_to_char[i])
         return "".join(out)
 
