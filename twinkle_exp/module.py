@@ -65,6 +65,7 @@ class PolicyModule(L.LightningModule):
         self.rollouts_done = 0
         self.first_val: dict[str, float] = {}  # before the first update: the warm-start's figures
         self.last_val: dict[str, float] = {}
+        self.last_val_step = -1
         self.set_loss(loss_fn)
 
     # --- configuration ---------------------------------------------------------------------------------
@@ -124,6 +125,8 @@ class PolicyModule(L.LightningModule):
         log_metrics(self.loggers, metrics | {M.ROLLOUT_INDEX: float(self.rollouts_done)}, self.global_step)
         self.log("reward", rewards.mean(), prog_bar=True, logger=False)
         self.rollouts_done += 1
+        if self.global_step >= self.trainer.max_steps:
+            self.log_validation()  # the final one, inside fit so the progress bar shows the summary's figure
         if self.rollouts_done % self.trainer_cfg.samples_every == 0:
             rows = list(zip(prompts, rollout.completions, answers, rewards.tolist(), strict=True))
             log_samples(
@@ -249,7 +252,7 @@ class PolicyModule(L.LightningModule):
 
     def log_validation(self) -> dict[str, float]:
         """Evaluate on the held-out set and log at the current optimizer step."""
-        self.last_val = self.evaluate()
+        self.last_val, self.last_val_step = self.evaluate(), self.global_step
         self.first_val = self.first_val or self.last_val
         log_metrics(self.loggers, self.last_val, self.global_step)
         if self._trainer is not None and self.trainer.training:

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
+from twinkle_exp.config import RewardConfig
+from twinkle_exp.errors import UserError
+
 RewardFn = Callable[[list[str], list[str], list[str]], list[float]]
 
 
@@ -132,7 +135,14 @@ class RewardSet:
         total = torch.zeros(n, dtype=torch.float64)  # float64 sum, so term order does not change the result
         raw: dict[str, torch.Tensor] = {}
         for rf in self.functions:
-            values = _checked(rf.name, rf.fn(list(prompts), list(completions), list(answers)), n)
+            try:
+                returned = rf.fn(list(prompts), list(completions), list(answers))
+            except Exception as exc:
+                raise UserError(
+                    f"reward function {rf.name!r} raised {type(exc).__name__}: {exc} "
+                    f"(scoring {n} completions; the first: prompt {prompts[0]!r}, completion {completions[0]!r})"
+                ) from exc
+            values = _checked(rf.name, returned, n)
             raw[rf.name] = values.to(torch.float32)
             total += rf.weight * values
         if truncated is not None and self.truncated_max is not None:
@@ -144,19 +154,42 @@ class RewardSet:
 
 
 def _checked(name: str, values: object, n: int) -> torch.Tensor:
-    """`values` as a float64 tensor `[n]`, or ValueError saying what reward function `name` got wrong."""
+    """`values` as a float64 tensor `[n]`, or UserError saying what reward function `name` got wrong."""
     if not isinstance(values, (list, tuple)):
-        raise ValueError(
+        raise UserError(
             f"reward function {name!r} must return a list of {n} floats, got {type(values).__name__}"
         )
     if len(values) != n:
-        raise ValueError(f"reward function {name!r} returned {len(values)} values for {n} completions")
+        raise UserError(f"reward function {name!r} returned {len(values)} values for {n} completions")
     for i, v in enumerate(values):
         if not isinstance(v, numbers.Real):
-            raise ValueError(f"reward function {name!r}: value {i} is {v!r}, not a number")
+            raise UserError(f"reward function {name!r}: value {i} is {v!r}, not a number")
         if not math.isfinite(v):
-            raise ValueError(f"reward function {name!r}: value {i} is not finite ({v})")
+            raise UserError(f"reward function {name!r}: value {i} is not finite ({v})")
     values_t = torch.tensor([float(v) for v in values], dtype=torch.float64)
     if not torch.isfinite(values_t.to(torch.float32)).all():
-        raise ValueError(f"reward function {name!r}: a value is too large for float32")
+        raise UserError(f"reward function {name!r}: a value is too large for float32")
     return values_t
+
+
+def build_rewards(reward_cfg: RewardConfig) -> RewardSet:
+    """The `reward` config group's terms, each `fn` built from its Hydra node (`_target_`)."""
+    from hydra.utils import instantiate
+
+    terms = []
+    for name, term in reward_cfg.functions.items():
+        try:
+            fn = instantiate(term.fn)
+        except Exception as exc:
+            cause = exc.__cause__ or exc
+            raise UserError(
+                f"reward.functions.{name}.fn: cannot build {term.fn.get('_target_')!r}: {cause} "
+                f"(a plain function needs `_partial_: true`)"
+            ) from exc
+        if not callable(fn):
+            raise UserError(
+                f"reward.functions.{name}.fn: {term.fn.get('_target_')!r} gave {fn!r}, not a function "
+                f"fn(prompts, completions, answers) (a plain function needs `_partial_: true`)"
+            )
+        terms.append(RewardFunction(name=str(name), fn=fn, weight=term.weight))
+    return RewardSet(terms, truncated_max=reward_cfg.truncated_max)

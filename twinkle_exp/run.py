@@ -15,14 +15,16 @@ from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.config import Config, RewardConfig, TrainerConfig, typed_config
+from twinkle_exp.config import Config, TrainerConfig
 from twinkle_exp.data import PromptStream
 from twinkle_exp.module import PolicyModule
 from twinkle_exp.progress import RolloutProgressBar
-from twinkle_exp.rewards import RewardFunction, RewardSet
+from twinkle_exp.rewards import build_rewards
 from twinkle_exp.summary import print_summary
 from twinkle_exp.tracking import JobInfo, RunStatus, build_loggers
-from twinkle_exp.warmup import cache_key, warm_start
+from twinkle_exp.validation import check_config
+from twinkle_exp.warmup import warm_start
+from twinkle_exp.warmup_cache import cache_key
 
 log = logging.getLogger(__name__)
 # The CSV logger writes metrics.csv beside run.json and Hydra's files; it only ever replaces metrics.csv.
@@ -40,14 +42,6 @@ def _quiet_lightning() -> None:
     rank_zero.addFilter(lambda record: "litlogger" not in record.getMessage())
 
 
-def build_rewards(reward_cfg: RewardConfig) -> RewardSet:
-    terms = [
-        RewardFunction(name=str(name), fn=instantiate(term.fn), weight=term.weight)
-        for name, term in reward_cfg.functions.items()
-    ]
-    return RewardSet(terms, truncated_max=reward_cfg.truncated_max)
-
-
 def _warmup_device(trainer: TrainerConfig) -> torch.device:
     # The warm-start runs before Lightning takes over the devices: use the GPU the trainer would use.
     wants_gpu = trainer.accelerator in ("auto", "gpu", "cuda")
@@ -62,7 +56,7 @@ def build_module(cfg: Config) -> tuple[PolicyModule, dict[str, Any]]:
     warm: dict[str, Any] = {"enabled": False}
     if cfg.warmup.enabled:
         policy.model.to(_warmup_device(cfg.trainer))
-        warm = warm_start(policy, task, cfg.warmup, cache_key(cfg.policy, cfg.task, cfg.warmup))
+        warm = warm_start(policy, task, cfg.warmup, cache_key(cfg.policy, cfg.task, cfg.warmup, policy, task))
     module = PolicyModule(
         policy,
         task,
@@ -77,9 +71,9 @@ def build_module(cfg: Config) -> tuple[PolicyModule, dict[str, Any]]:
     return module, warm
 
 
-def train(cfg: DictConfig) -> dict[str, Any]:
+def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
     """Run one experiment; returns the figures of its summary. The job's files go to Hydra's output dir."""
-    typed = typed_config(cfg)
+    typed = typed or check_config(cfg)
     _quiet_lightning()
     job = JobInfo.from_hydra()
     status = RunStatus(job, typed.seed)
@@ -110,7 +104,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         )
         stream = PromptStream(module.task, typed.rollout.prompts_per_step, typed.seed)
         trainer.fit(module, train_dataloaders=DataLoader(stream, batch_size=None))
-        final = module.log_validation()  # also the first validation when no step ran (max_steps=0)
+        # The last training step validated already; with max_steps=0 this is also the first validation.
+        validated = module.last_val_step == trainer.global_step and trainer.global_step > 0
+        final = module.last_val if validated else module.log_validation()
         first = module.first_val
         for logger in loggers:
             logger.save()
@@ -130,7 +126,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             "warmup": warm,
         }
         status.finish("finished", final={k: v for k, v in result.items() if k != "warmup"})
-        print_summary(result, module.loss_fn, loggers)
+        print_summary(result, module.loss_fn, loggers, smoke_run="debug" in job.choices)
         return result
     except BaseException as exc:
         status.finish("failed", error=f"{type(exc).__name__}: {exc}")

@@ -84,20 +84,26 @@ def build_loggers(cfg: DictConfig, logger: LoggerConfig, sweep_name: str | None,
     config = OmegaConf.to_container(cfg, resolve=True)
     config["git_commit"] = git_commit()
     config["overrides"] = job.overrides
-    loggers.append(
-        WandbLogger(
-            project=logger.project,
-            entity=logger.entity,
-            name=job.name,
-            group=group,
-            tags=tags,
-            job_type=logger.job_type,
-            save_dir=str(job.output_dir),
-            mode=logger.mode,
-            config=config,
-            reinit="finish_previous",
-        )
+    import wandb
+
+    wandb_logger = WandbLogger(
+        project=logger.project,
+        entity=logger.entity,
+        name=job.name,
+        group=group,
+        tags=tags,
+        job_type=logger.job_type,
+        save_dir=str(job.output_dir),
+        mode=logger.mode,
+        config=config,
+        reinit="finish_previous",
+        # Quiet: the ~30 lines of history sparklines at the end would push the run's summary off the screen;
+        # the summary names the run's directory and how to sync it instead.
+        settings=wandb.Settings(quiet=True),
     )
+    # Lightning passes anonymous=None, which wandb warns about on every run ("has no effect").
+    wandb_logger._wandb_init.pop("anonymous", None)
+    loggers.append(wandb_logger)
     return loggers
 
 

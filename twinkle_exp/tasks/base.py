@@ -31,6 +31,10 @@ class Task(ABC):
     def validation_set(self) -> list[Example]:
         """The held-out examples: identical on every call and every machine for the same constructor args."""
 
+    def data_files(self) -> list[str]:
+        """Files the examples are read from; their content is part of the warm-start's cache key."""
+        return []
+
 
 def check_printable_ascii(text: str, what: str) -> None:
     """Raise unless `text` is non-empty printable ASCII without whitespace.
