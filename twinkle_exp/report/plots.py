@@ -1,4 +1,5 @@
-"""One PNG per metric: every variant's mean over seeds as a line and its min..max over seeds as a band."""
+"""One PNG per metric: every variant's mean over seeds as a line, and the 95% bootstrap interval of that mean
+(percentile, over seeds) as a band wherever at least 2 seeds logged the step."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from .aggregate import curve
-from .runs import CLIP_REGION, KL, REWARD_MEAN, VAL_ACCURACY, Run
+from .runs import CLIP_REGION, ENTROPY, KL, REWARD_MEAN, VAL_ACCURACY, Run
+from .stats import N_RESAMPLES
 
-BAND = "line: mean over seeds, band: min–max over seeds"
+BAND = f"line: mean over seeds, band: 95% bootstrap CI of the mean (percentile, {N_RESAMPLES:,} resamples)"
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ PLOTS = (
         100.0,
     ),
     PlotSpec(REWARD_MEAN, "reward.png", "Training reward", "mean reward per completion"),
+    PlotSpec(ENTROPY, "entropy.png", "Policy entropy on its own samples", "entropy (nats per token)"),
     PlotSpec(KL, "kl.png", "KL divergence to the reference policy", "KL estimate (nats per token)"),
     PlotSpec(
         CLIP_REGION,
