@@ -160,7 +160,7 @@ def print_terminal(d: ReportData, written: list[Path]) -> None:
         table.add_row(row[0], row[1], row[2], row[4], row[6], row[8])
     console.print(table)
     for c in d.comparisons:
-        if c.score in (d.scores[0], d.scores[-1]):  # final accuracy, and the --score asked for if any
+        if c.score is d.scores[0] or c.score not in DEFAULT_SCORES:  # final accuracy, and any --score
             console.print(c.sentence, highlight=False)
     for item in check_items(d.checks, d.identical, d.names):
         console.print(item, style="yellow" if item.startswith("⚠") else None, highlight=False)

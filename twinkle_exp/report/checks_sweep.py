@@ -45,7 +45,7 @@ def sweep_checks(variants: dict[str, list[Run]]) -> list[CheckResult]:
         for run in checked:
             for finding in run_checks(run.metrics, run.nonfinite, run.config):
                 result = results[finding.check]
-                result.advice = finding.advice
+                result.advice = result.advice or finding.advice  # the advice of the run the evidence is from
                 result.variants.setdefault(label, []).append(finding)
                 result.seeds[label] = len(checked)
     return list(results.values())
