@@ -22,7 +22,7 @@ from twinkle_exp.report.runs import load_runs
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 GRPO = "loss=grpo, trainer.max_steps=10"
 SAPO = "loss=sapo, loss.tau=0.5, trainer.max_steps=10"
-# The report's tables name variants without the overrides they all share (trainer.max_steps=10).
+# Comparisons and plots name variants without the overrides they all share (trainer.max_steps=10).
 GRPO_SHORT, SAPO_SHORT = "loss=grpo", "loss=sapo, loss.tau=0.5"
 HEADER = [
     "epoch",
@@ -156,12 +156,12 @@ def test_report_numbers_files_and_statuses(sweep: Path, capsys) -> None:
 
     text = (out / "report.md").read_text()
     rows = md_rows(text)
-    assert "All variants: trainer.max_steps=10." in text
+    assert "All variants share trainer.max_steps=10; comparisons and plots leave it out" in text
     # grpo: finals 0.6, 0.7 -> 65.0; two seeds: every bootstrap mean lies in 0.6..0.7, each end with
     # probability 1/4, so the 95% percentile interval is [60, 70]. AUC: (5 (0.1+0.4)/2 + 5 (0.4+0.6)/2) / 10
     # = 0.375 and 0.475 -> 42.5 [37.5, 47.5]. Threshold at steps 10 and 5 -> 7.5; KL 0.02, 0.04 -> 0.03.
-    assert rows[GRPO_SHORT] == [
-        GRPO_SHORT,
+    assert rows[GRPO] == [
+        GRPO,
         "2/4",
         "65.0 [60.0, 70.0]",
         "65.0 [60.0, 70.0]",  # IQM = mean with fewer than 4 seeds
@@ -173,14 +173,14 @@ def test_report_numbers_files_and_statuses(sweep: Path, capsys) -> None:
     ]
     # sapo: finals 0.3, 0.55; AUC 2.0/10 = 0.2 and (5 0.15 + 3 0.425)/8 = 0.253125; only seed 1 reaches 0.5,
     # at step 8; beta=0 so no KL.
-    assert rows[SAPO_SHORT][2:7] == [
+    assert rows[SAPO][2:7] == [
         "42.5 [30.0, 55.0]",
         "42.5 [30.0, 55.0]",
         "22.7 [20.0, 25.3]",
         "22.7 [20.0, 25.3]",
         "8.0 (1/2)",
     ]
-    assert rows[SAPO_SHORT][7:] == ["–", "1 min 00 s"]
+    assert rows[SAPO][7:] == ["–", "1 min 00 s"]
 
     # One pair per score, oriented best first, with 2 vs 2 seeds: never a verdict of "higher".
     pair = f"{GRPO_SHORT} vs {SAPO_SHORT}"

@@ -60,8 +60,10 @@ def build_blocks(d: ReportData) -> list[Block]:
         blocks += [("h2", "Data problems"), ("p", "Some files could not be read in full:"), ("ul", problems)]
     blocks.append(("h2", "Variants"))
     if d.shared:
-        blocks.append(("p", f"All variants: {d.shared}."))
-    rows = [variant_row(s, d.scores, d.names.get(s.label)) for s in d.stats]
+        blocks.append(
+            ("p", f"All variants share {d.shared}; comparisons and plots leave it out of their names.")
+        )
+    rows = [variant_row(s, d.scores) for s in d.stats]
     blocks += [("table", variant_headers(d.threshold, d.scores), rows), ("ul", list(METHOD_NOTES))]
     for score in d.scores:
         chosen = [c for c in d.comparisons if c.score == score]
