@@ -162,9 +162,14 @@ def test_identical_variants_are_named_and_distinct_ones_are_not() -> None:
     assert identical_variants(variants) == []
 
 
-def test_identical_needs_more_than_the_first_rollouts() -> None:
+def test_identical_needs_more_than_the_first_rollouts_of_finished_runs() -> None:
     short = {M.REWARD_MEAN: [(4, 0.2), (8, 0.25)], M.VAL_ACCURACY: [(0, 0.39)]}
     variants = {v: [make_run(0, copy.deepcopy(short), v)] for v in ("a", "b")}
+    assert identical_variants(variants) == []
+    # A failed run matches any variant up to where it stopped: only finished runs count.
+    variants = {v: [make_run(0, default_like(0), v)] for v in ("a", "b")}
+    assert identical_variants(variants) == [("a", "b", [0])]
+    variants["b"][0].status = "failed"
     assert identical_variants(variants) == []
 
 

@@ -54,12 +54,12 @@ def sweep_checks(variants: dict[str, list[Run]]) -> list[CheckResult]:
 def identical_variants(variants: dict[str, list[Run]]) -> list[tuple[str, str, list[int]]]:
     """Pairs of variants whose runs of every shared seed logged the same outcome curves.
 
-    Returns (label a, label b, shared seeds) for each such pair. Curves are the same when, for each outcome
-    key both runs logged, they logged it at the same steps with values equal to RTOL; pairs that share no
-    seed with at least MIN_ROLLOUTS logged rewards are never called identical.
+    Returns (label a, label b, shared seeds) for each such pair, over finished runs. Curves are the same
+    when, for each outcome key both runs logged, they logged it at the same steps with values equal to RTOL;
+    pairs that share no seed with at least MIN_ROLLOUTS logged rewards are never called identical.
     """
-    by_seed = {
-        label: {run.seed: run for run in runs if run.seed is not None and run.metrics}
+    by_seed = {  # finished runs only: a run cut short would match any variant up to where it stopped
+        label: {run.seed: run for run in runs if run.seed is not None and run.finished and run.metrics}
         for label, runs in variants.items()
     }
     pairs = []
