@@ -364,6 +364,17 @@ def test_group_by_merges_seeds_across_sweep_directories(tmp_path: Path) -> None:
     assert "first/0_loss=sapo" in rows and "later/0_loss=sapo" in rows  # job names relative to multirun/
 
 
+def test_a_seed_run_twice_is_counted_and_said(tmp_path: Path, capsys) -> None:
+    first, later = two_sweeps(tmp_path)
+    rows = lightning_rows({0: 0.1, 10: 0.4}, 10, None)
+    write_job(later, "1_loss=grpo", ["loss=grpo", "seed=0"], status="finished", rows=rows, wall=1.0)
+    out = tmp_path / "combined"
+    assert main([str(first), str(later), "--group-by", "loss", "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert md_rows(text)["loss=grpo"][1] == "3/3"
+    assert "later/1_loss=grpo: seed 0 of loss=grpo also ran in first/0_loss=grpo" in text
+
+
 def test_default_grouping_keeps_differently_written_overrides_apart(tmp_path: Path) -> None:
     first, later = two_sweeps(tmp_path)
     out = tmp_path / "combined"

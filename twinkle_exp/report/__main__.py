@@ -13,7 +13,7 @@ from rich.table import Table
 from .aggregate import DEFAULT_SCORES, group_by_variant, metric_score, summarize
 from .checks_sweep import identical_variants, sweep_checks
 from .compare import compare_all
-from .grouping import GroupByError, assign_groups, parse_group_by
+from .grouping import GroupByError, assign_groups, flag_repeated_seeds, parse_group_by
 from .plots import legend_labels, plot_all, variant_colors
 from .plots_intervals import TITLE as INTERVALS_TITLE
 from .plots_intervals import plot_intervals
@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_NO_RUNS
 
     variants = group_by_variant(runs)
+    flag_repeated_seeds(variants)
     names, shared = legend_labels(variants)
     scores = DEFAULT_SCORES + tuple(metric_score(key) for key in args.score)
     unlogged = [key for key in args.score if not any(key in run.metrics for run in runs)]

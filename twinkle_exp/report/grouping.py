@@ -82,3 +82,22 @@ def _plain(value) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     return str(value)
+
+
+def flag_repeated_seeds(variants: dict[str, list[Run]]) -> None:
+    """Add a problem to every run whose variant already has a finished run of the same seed.
+
+    Two sweeps given together may both hold seed 0 of a variant (a rerun): both count as samples, which
+    overstates the evidence if they are copies, so the report says so rather than dropping either.
+    """
+    for label, runs in variants.items():
+        seen: dict[int, Run] = {}
+        for run in runs:
+            if run.seed is None or not run.finished:
+                continue
+            if run.seed in seen:
+                run.problems.append(
+                    f"seed {run.seed} of {label} also ran in {seen[run.seed].name}: both are counted as samples"
+                )
+            else:
+                seen[run.seed] = run
