@@ -26,6 +26,7 @@ EXIT_DATA_PROBLEMS = 3  # with --strict: the report was written, but some files 
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line as a Namespace: dirs [Path], group_by [str] | None, score [str], threshold, out, strict."""
     parser = argparse.ArgumentParser(
         prog="twinkle-report",
         description="Compare the variants of one or more sweeps: interval estimates over seeds, pairwise "
@@ -78,6 +79,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the report; returns the exit status (0, EXIT_NO_RUNS on a usage error or no runs, EXIT_DATA_PROBLEMS)."""
     try:
         args = parse_args(argv)
     except SystemExit as exc:  # --help or a usage error: argparse printed it; return its code like any other

@@ -96,22 +96,27 @@ class VariantStats:
 
     @property
     def final_accuracy(self) -> list[float]:
+        """The final-accuracy score of each finished, validated run, in seed order."""
         return self.scores.get(FINAL_ACCURACY.name, [])
 
     @property
     def num_total(self) -> int:
+        """Every run of the variant, whatever its status."""
         return len(self.runs)
 
     @property
     def steps_to_threshold_mean(self) -> float | None:
+        """Mean steps to the threshold over the runs that reached it, None if none did."""
         return mean([float(s) for s in self.steps_to_threshold])
 
     @property
     def kl_mean(self) -> float | None:
+        """Mean final train/kl over the finished runs that logged it, None if none did."""
         return mean(self.final_kl)
 
     @property
     def wall_time_mean(self) -> float | None:
+        """Mean wall time in seconds over the finished runs that recorded one."""
         return mean(self.wall_times)
 
 

@@ -196,12 +196,15 @@ def _cfg(config: dict, dotted: str):
 
 
 def _values(metrics: dict[str, Series], key: str) -> np.ndarray:
+    """The values of metric `key`, `[num_logged_steps]` (empty if not logged)."""
     return np.array([v for _, v in metrics.get(key, [])])
 
 
 def _last_quarter(series: Series) -> np.ndarray:
+    """The values of the last quarter of the logged steps (at least one), `[n]`."""
     return np.array([v for _, v in series[-max(1, len(series) // 4) :]])
 
 
 def _last_quarter_start(series: Series) -> int:
+    """The first step of the last quarter of the logged steps."""
     return series[-max(1, len(series) // 4)][0]

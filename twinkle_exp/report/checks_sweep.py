@@ -72,10 +72,12 @@ def identical_variants(variants: dict[str, list[Run]]) -> list[tuple[str, str, l
 
 
 def _long_enough(run: Run) -> bool:
+    """Whether the run logged rewards for at least MIN_ROLLOUTS rollouts."""
     return len(run.metrics.get(M.REWARD_MEAN, [])) >= MIN_ROLLOUTS
 
 
 def _same_curves(x: Run, y: Run) -> bool:
+    """Whether every OUTCOME_KEYS metric both runs logged has the same steps and values (to RTOL)."""
     compared = 0
     for key in OUTCOME_KEYS:
         if key not in x.metrics or key not in y.metrics:

@@ -65,6 +65,7 @@ def config_value(run: Run, key: str):
 
 def _select(config: dict, key: str):
     # Hydra saves config.yaml unresolved (`${rollout.max_new_tokens}`): resolve where possible, else keep the text.
+    """config["a"]["b"] for "a.b", resolved where it can be; `_MISSING` when absent."""
     node = OmegaConf.create(config)
     try:
         value = OmegaConf.select(node, key, default=_MISSING)

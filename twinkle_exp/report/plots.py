@@ -20,6 +20,8 @@ BAND = f"line: mean over seeds, band: 95% bootstrap CI of the mean (percentile, 
 
 @dataclass(frozen=True)
 class PlotSpec:
+    """One plot: which metric, which file, its title and y label, and the scale of its values."""
+
     key: str  # metric column in metrics.csv
     filename: str
     title: str
@@ -113,6 +115,7 @@ def plot_metric(
 
 
 def plot_all(variants: dict[str, list[Run]], out_dir: Path) -> dict[PlotSpec, Path | None]:
+    """Every PLOTS spec for `variants` (label -> runs) into `out_dir`; spec -> path, None where skipped."""
     colors = variant_colors(variants)
     return {spec: plot_metric(variants, spec, out_dir, colors) for spec in PLOTS}
 

@@ -146,6 +146,7 @@ code {{ font-size: 0.95em; }}
 
 
 def _generated() -> str:
+    """When the report was made, as a sentence."""
     return f"Generated {datetime.now().isoformat(timespec='seconds')}."
 
 
@@ -156,13 +157,17 @@ def _code(escaped: str) -> str:
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table as lines; `|` in cells escaped."""
+
     def cells(values: list[str]) -> str:
+        """One Markdown row."""
         return "| " + " | ".join(v.replace("|", "\\|") for v in values) + " |"
 
     return [cells(headers), "|" + "---|" * len(headers)] + [cells(row) for row in rows]
 
 
 def _html_table(headers: list[str], rows: list[list[str]]) -> str:
+    """An HTML table with every cell escaped."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -61,21 +61,25 @@ class Run:
 
     @property
     def variant_overrides(self) -> list[str]:
+        """The "key=value" parts that name the run's variant."""
         if self.group is not None:
             return self.group
         return [o for o in self.overrides if not is_seed_override(o)]
 
     @property
     def variant(self) -> str:
+        """The variant label: its parts joined, "default" for none."""
         return ", ".join(self.variant_overrides) or "default"
 
     @property
     def finished(self) -> bool:
+        """Whether run.json says the run finished."""
         return self.status == FINISHED
 
 
 def is_seed_override(override: str) -> bool:
     # "+seed=1" and "++seed=1" set the same key as "seed=1"; "loss.seed=1" would be a different key.
+    """Whether the override sets the top-level `seed` (with or without +/++)."""
     return override_key(override) == "seed"
 
 
@@ -144,6 +148,7 @@ def load_runs(dirs: list[Path], skip: Path | None = None) -> list[Run]:
 
 
 def _read_run_json(path: Path) -> dict:
+    """run.json as a dict; {} when absent; status "unknown" with the reason when unreadable."""
     if not path.is_file():
         return {}
     try:
@@ -168,6 +173,7 @@ def _read_yaml_dict(path: Path) -> tuple[dict, str | None]:
 
 
 def _read_overrides(path: Path) -> list:
+    """The list in .hydra/overrides.yaml, [] when absent or unreadable."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
@@ -176,6 +182,7 @@ def _read_overrides(path: Path) -> list:
 
 
 def _seed(value, overrides: list[str]) -> int | None:
+    """The run's seed from run.json, else from its overrides; None when neither says."""
     if value is None:
         value = next((o.split("=", 1)[1] for o in overrides if is_seed_override(o) and "=" in o), None)
     try:

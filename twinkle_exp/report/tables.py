@@ -144,6 +144,7 @@ JOB_HEADERS = ["job", "variant", "seed", "status", "wall time", "error"]
 
 
 def job_row(run: Run) -> list[str]:
+    """One job under JOB_HEADERS, its error cut to one line of at most 300 characters."""
     seed = NONE if run.seed is None else str(run.seed)
     error = " ".join(run.error.split())[:300] if run.error else ""  # one line, bounded: tracebacks are long
     return [run.name, run.variant, seed, run.status, format_duration(run.wall_time_s), error]
@@ -155,6 +156,7 @@ def problem_items(runs: list[Run]) -> list[str]:
 
 
 def status_summary(runs: list[Run]) -> str:
+    """ "7 jobs: 4 finished, 1 running, ..." in a fixed order of statuses."""
     counts = Counter(run.status for run in runs)
     known = [s for s in STATUS_ORDER if s in counts]
     parts = ", ".join(f"{counts[s]} {s}" for s in known + sorted(set(counts) - set(known)))
@@ -162,6 +164,7 @@ def status_summary(runs: list[Run]) -> str:
 
 
 def format_duration(seconds: float | None) -> str:
+    """ "41.1 s", "1 min 31 s", "2 h 05 min"; NONE for None."""
     if seconds is None:
         return NONE
     if seconds < 60:
