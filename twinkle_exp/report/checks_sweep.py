@@ -23,7 +23,9 @@ OUTCOME_KEYS = (M.REWARD_MEAN, M.VAL_ACCURACY, M.COMPLETION_MEAN_LENGTH, M.ENTRO
 MIN_ROLLOUTS = (
     5  # the first rollout is the same for every variant of a seed; identical must mean more than it
 )
-RTOL, ATOL = 1e-5, 1e-8
+# Same updates give the same samples, so rewards, accuracy and lengths match exactly; entropy, a float
+# average, drifts by float rounding (measured: 1.3e-5 relative after 100 on-policy steps of BNPO vs CISPO).
+RTOL, ATOL = 1e-4, 1e-8
 
 
 @dataclass
@@ -51,24 +53,33 @@ def sweep_checks(variants: dict[str, list[Run]]) -> list[CheckResult]:
     return list(results.values())
 
 
-def identical_variants(variants: dict[str, list[Run]]) -> list[tuple[str, str, list[int]]]:
-    """Pairs of variants whose runs of every shared seed logged the same outcome curves.
+def identical_variants(variants: dict[str, list[Run]]) -> list[tuple[list[str], list[int]]]:
+    """Groups of variants whose runs of every shared seed logged the same outcome curves.
 
-    Returns (label a, label b, shared seeds) for each such pair, over finished runs. Curves are the same
-    when, for each outcome key both runs logged, they logged it at the same steps with values equal to RTOL;
-    pairs that share no seed with at least MIN_ROLLOUTS logged rewards are never called identical.
+    Returns ([labels], [seeds compared]) per group, over finished runs; a group is a connected set of
+    identical pairs. Curves are the same when, for each outcome key both runs logged, they logged it at the
+    same steps with values equal to RTOL; pairs that share no seed with at least MIN_ROLLOUTS logged rewards
+    are never called identical.
     """
     by_seed = {  # finished runs only: a run cut short would match any variant up to where it stopped
         label: {run.seed: run for run in runs if run.seed is not None and run.finished and run.metrics}
         for label, runs in variants.items()
     }
-    pairs = []
+    group_of = {label: {label} for label in variants}
+    seeds_of: dict[str, set[int]] = {}
     for a, b in combinations(variants, 2):
         shared = sorted(set(by_seed[a]) & set(by_seed[b]))
         shared = [s for s in shared if _long_enough(by_seed[a][s]) and _long_enough(by_seed[b][s])]
         if shared and all(_same_curves(by_seed[a][s], by_seed[b][s]) for s in shared):
-            pairs.append((a, b, shared))
-    return pairs
+            merged = group_of[a] | group_of[b]
+            seeds = (
+                seeds_of.get(min(group_of[a]), set()) | seeds_of.get(min(group_of[b]), set()) | set(shared)
+            )
+            for label in merged:
+                group_of[label] = merged
+            seeds_of[min(merged)] = seeds
+    groups = {frozenset(g) for g in group_of.values() if len(g) > 1}
+    return sorted((sorted(g), sorted(seeds_of[min(g)])) for g in groups)
 
 
 def _long_enough(run: Run) -> bool:

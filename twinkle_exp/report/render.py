@@ -37,7 +37,7 @@ class ReportData:
     scores: tuple[Score, ...]
     comparisons: list[Comparison]
     checks: list[CheckResult]
-    identical: list[tuple[str, str, list[int]]]
+    identical: list[tuple[list[str], list[int]]]
     names: dict[str, str]  # variant label -> short name (the overrides every variant shares left out)
     shared: str  # those shared overrides, "" if none
     threshold: float

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .aggregate import Score, VariantStats
-from .checks_sweep import CheckResult
+from .checks_sweep import RTOL, CheckResult
 from .compare import Comparison, difference
 from .runs import Run
 from .stats import CONFIDENCE, MAX_SEEDS, N_RESAMPLES, Estimate
@@ -106,7 +106,7 @@ def pair_row(c: Comparison) -> list[str]:
 
 
 def check_items(
-    results: list[CheckResult], identical: list[tuple[str, str, list[int]]], names: dict
+    results: list[CheckResult], identical: list[tuple[list[str], list[int]]], names: dict
 ) -> list[str]:
     """One paragraph per check that fired, then one line naming the checks that passed."""
     items, passed = [], []
@@ -115,7 +115,8 @@ def check_items(
             passed.append(r.title)
             continue
         affected = ", ".join(
-            f"{names.get(v, v)} ({len(f)}/{r.seeds[v]} seeds)" for v, f in r.variants.items()
+            f"{names.get(v, v)} ({len(f)} of {r.seeds[v]} {'seed' if r.seeds[v] == 1 else 'seeds'})"
+            for v, f in r.variants.items()
         )
         label, findings = next(iter(r.variants.items()))
         items.append(
@@ -123,20 +124,24 @@ def check_items(
             f"{findings[0].evidence}. → {r.advice}."
         )
     if identical:
-        pairs = "; ".join(
-            f"{names.get(a, a)} = {names.get(b, b)} (seeds {', '.join(map(str, seeds))})"
-            for a, b, seeds in identical
+        groups = "; ".join(
+            " = ".join(names.get(v, v) for v in labels) + f" ({_seeds(seeds)})" for labels, seeds in identical
         )
         items.append(
-            f"⚠ variants with identical curves: {pairs}. Their reward, accuracy, length and entropy curves agree "
-            "to 5 significant digits at every logged step, so they made the same updates and their comparison "
-            "says nothing about the losses: see the on-policy and gradient-clipping checks above."
+            f"⚠ variants with identical curves: {groups}. Their reward, accuracy, length and entropy curves "
+            f"agree to a relative {RTOL:g} at every logged step, so they made the same updates and comparing "
+            "them says nothing about the losses: see the on-policy and gradient-clipping checks."
         )
     else:
         passed.append("variants with identical curves")
     if passed:
         items.append("✓ passed: " + ", ".join(passed) + ".")
     return items
+
+
+def _seeds(seeds: list[int]) -> str:
+    """ "seed 0" or "seeds 0, 1"."""
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
 
 
 STATUS_ORDER = ("finished", "running", "failed", "not started")
