@@ -82,6 +82,8 @@ def plain_config(cfg: Any) -> dict:
 
 def _to_wandb(figures: dict[str, Any], loggers: list[Any]) -> None:
     """Put `figures` into the run summary of every WandbLogger in `loggers` (global rank 0 only)."""
+    if not loggers:
+        return  # nothing to write to, and no reason to import Lightning
     from lightning.pytorch.loggers import WandbLogger
     from lightning.pytorch.utilities import rank_zero_only
 
