@@ -35,6 +35,17 @@ EXPECTED = {
         "values": {"loss.clip_range": 0.2, "loss.clip_range_high": 0.28, "loss.beta": 0.0},
         "cites": ["Yu", "DAPO", "2025", "bnpo"],
     },
+    "dapo_entropy": {
+        "target": "twinkle_exp.loss.BNPOLoss",
+        "values": {
+            "loss.clip_range": 0.2,
+            "loss.clip_range_high": 0.28,
+            "loss.beta": 0.0,
+            "optim.mu": 1,
+            "optim.num_minibatches": 8,
+        },
+        "cites": ["Yu", "DAPO", "2025", "entropy collapse", "clip-higher"],
+    },
     "sapo_paper": {
         "target": "twinkle_exp.loss.SAPOLoss",
         "values": {"loss.tau_pos": 1.0, "loss.tau_neg": 1.05},

@@ -19,6 +19,7 @@ from twinkle_exp.config import Config, TrainerConfig
 from twinkle_exp.data import PromptStream
 from twinkle_exp.module import PolicyModule
 from twinkle_exp.progress import RolloutProgressBar
+from twinkle_exp.report.run_summary import print_warnings, summarize_run
 from twinkle_exp.rewards import build_rewards
 from twinkle_exp.summary import print_summary
 from twinkle_exp.tracking import JobInfo, RunStatus, build_loggers
@@ -125,8 +126,11 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
             "checkpoint": None if checkpoint is None else str(checkpoint),
             "warmup": warm,
         }
+        # Dashboard figures (wandb summary, run.json) and the checks for known traps, from the run's own CSV.
+        result["summary"] = summarize_run(job.output_dir / "metrics.csv", cfg, result["wall_time_s"], loggers)
         status.finish("finished", final={k: v for k, v in result.items() if k != "warmup"})
         print_summary(result, module.loss_fn, loggers, smoke_run="debug" in job.choices)
+        print_warnings(result["summary"])
         return result
     except BaseException as exc:
         status.finish("failed", error=f"{type(exc).__name__}: {exc}")
