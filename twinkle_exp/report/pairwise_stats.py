@@ -8,13 +8,13 @@ from scipy import stats
 
 from .stats import (
     ALPHA,
-    CONFIDENCE,
     MAX_SEEDS,
     N_RESAMPLES,
     POWER,
     RNG_SEED,
     Estimate,
     as_scores,
+    percentile_interval,
 )
 
 
@@ -48,17 +48,7 @@ def two_sample_estimate(x: list[float] | np.ndarray, y: list[float] | np.ndarray
         return Estimate(value, None, None, n)
     if np.all(x == x[0]) and np.all(y == y[0]):
         return Estimate(value, value, value, n)
-    res = stats.bootstrap(
-        (x, y),
-        statistic,
-        vectorized=True,
-        axis=-1,
-        method="percentile",
-        n_resamples=N_RESAMPLES,
-        confidence_level=CONFIDENCE,
-        rng=np.random.default_rng(RNG_SEED),
-    )
-    low, high = res.confidence_interval
+    low, high = percentile_interval((x, y), statistic)
     return Estimate(value, float(low), float(high), n)
 
 

@@ -57,6 +57,22 @@ def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
 STATISTICS = {"mean": _mean, "iqm": iqm}
 
 
+def percentile_interval(samples: tuple[np.ndarray, ...], statistic, axis: int = -1) -> tuple:
+    """The 95% percentile bootstrap interval (low, high) of `statistic(*samples)`, each sample resampled on
+    its own along `axis` (stratified), with the report's fixed resample count and seed."""
+    res = stats.bootstrap(
+        samples,
+        statistic,
+        vectorized=True,
+        axis=axis,
+        method="percentile",
+        n_resamples=N_RESAMPLES,
+        confidence_level=CONFIDENCE,
+        rng=np.random.default_rng(RNG_SEED),
+    )
+    return res.confidence_interval.low, res.confidence_interval.high
+
+
 def bootstrap_estimate(values: list[float] | np.ndarray, statistic: str = "mean") -> Estimate:
     """`statistic` ("mean" or "iqm") of `values` `[n_seeds]` with its 95% percentile bootstrap interval."""
     x = as_scores(values)
@@ -66,17 +82,7 @@ def bootstrap_estimate(values: list[float] | np.ndarray, statistic: str = "mean"
         return Estimate(value, None, None, len(x))
     if np.all(x == x[0]):
         return Estimate(value, value, value, len(x))  # every resample is the same: scipy warns and gives NaN
-    res = stats.bootstrap(
-        (x,),
-        fn,
-        vectorized=True,
-        axis=-1,
-        method="percentile",
-        n_resamples=N_RESAMPLES,
-        confidence_level=CONFIDENCE,
-        rng=np.random.default_rng(RNG_SEED),
-    )
-    low, high = res.confidence_interval
+    low, high = percentile_interval((x,), fn)
     return Estimate(value, float(low), float(high), len(x))
 
 
@@ -104,18 +110,8 @@ def bootstrap_band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if constant.all():
             continue
         varying = block[:, ~constant]
-        res = stats.bootstrap(
-            (varying,),
-            _mean,
-            vectorized=True,
-            axis=0,
-            method="percentile",
-            n_resamples=N_RESAMPLES,
-            confidence_level=CONFIDENCE,
-            rng=np.random.default_rng(RNG_SEED),
-        )
-        low[np.flatnonzero(columns)[~constant]] = res.confidence_interval.low
-        high[np.flatnonzero(columns)[~constant]] = res.confidence_interval.high
+        interval = percentile_interval((varying,), _mean, axis=0)
+        low[np.flatnonzero(columns)[~constant]], high[np.flatnonzero(columns)[~constant]] = interval
     return low, high
 
 
