@@ -190,6 +190,8 @@ def test_reward_option_builds_callables(option):
     assert isinstance(rewards, RewardSet)
     assert [f.name for f in rewards.functions] == list(cfg.reward.functions)
     prompts, completions, answers = ["1+2=", "1+2=", "1+2="], ["3", "4", "3333"], ["3", "3", "3"]
+    if option == "math_format":  # its answers count only inside the tags
+        completions = [f"<answer>{c}</answer>" for c in completions]
     for term in rewards.functions:
         assert callable(term.fn)
         values = term.fn(prompts, completions, answers)
@@ -198,6 +200,9 @@ def test_reward_option_builds_callables(option):
     assert total.shape == (3,)
     assert set(per_fn) == set(cfg.reward.functions)
     assert total[0] > total[1]  # the exact answer beats a wrong one under every shipped reward
+    for term in rewards.functions:
+        if hasattr(term.fn, "close"):
+            term.fn.close()  # the math checker's worker processes
 
 
 # --- overrides that must fail at composition, naming what is wrong ------------------------------------------

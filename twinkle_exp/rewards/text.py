@@ -1,8 +1,9 @@
-"""Reward functions on the completion's text: exact match, partial credit, length penalty."""
+"""Reward functions on the completion's text: exact match, partial credit, length penalty, a format check."""
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 
@@ -57,3 +58,30 @@ class LengthPenalty:
 def length_penalty(max_extra: int = 0, penalty: float = 1.0) -> LengthPenalty:
     """Factory for `LengthPenalty` (a Hydra `_target_` with keyword arguments)."""
     return LengthPenalty(max_extra=max_extra, penalty=penalty)
+
+
+@dataclass(frozen=True)
+class FormatReward:
+    """1.0 where the completion contains a match of `pattern` (a regex; `.` also matches newlines), else 0.0.
+
+    A shaping term to combine with a correctness reward, e.g. `<answer>...</answer>` present.
+    """
+
+    pattern: str = r"<answer>.+?</answer>"
+
+    def __post_init__(self) -> None:
+        try:
+            re.compile(self.pattern)
+        except re.error as e:
+            raise ValueError(
+                f"format reward: pattern {self.pattern!r} is not a regular expression ({e})"
+            ) from None
+
+    def __call__(self, prompts: list[str], completions: list[str], answers: list[str]) -> list[float]:
+        regex = re.compile(self.pattern, re.DOTALL)
+        return [1.0 if regex.search(c) else 0.0 for c in completions]
+
+
+def format_reward(pattern: str = r"<answer>.+?</answer>") -> FormatReward:
+    """Factory for `FormatReward` (a Hydra `_target_` with keyword arguments)."""
+    return FormatReward(pattern=pattern)
