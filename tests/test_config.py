@@ -90,7 +90,11 @@ def test_every_option_composes_with_its_yaml_values(group, option):
     else:
         _assert_subset(values, cfg[group], group)
     # Every interpolation resolves (cache_dir, Dr.GRPO's length); only the user-supplied ??? may remain.
-    missing = {("policy", "hf"): "policy.name_or_path", ("task", "jsonl"): "task.path"}
+    missing = {
+        ("policy", "hf"): "policy.name_or_path",
+        ("policy", "hf_lora"): "policy.name_or_path",
+        ("task", "jsonl"): "task.path",
+    }
     if (group, option) in missing:
         parent, leaf = missing[(group, option)].split(".")
         assert OmegaConf.is_missing(cfg[parent], leaf)
