@@ -94,6 +94,7 @@ def test_every_option_composes_with_its_yaml_values(group, option):
         ("policy", "hf"): "policy.name_or_path",
         ("policy", "hf_lora"): "policy.name_or_path",
         ("task", "jsonl"): "task.path",
+        ("task", "hf_dataset"): "task.path",
     }
     if (group, option) in missing:
         parent, leaf = missing[(group, option)].split(".")
@@ -144,8 +145,17 @@ def test_invalid_loss_value_raises_at_instantiation_naming_it():
 
 
 @pytest.mark.parametrize("option", GROUPS["task"])
-def test_task_option_instantiates_a_task(option, tmp_path):
+def test_task_option_instantiates_a_task(option, tmp_path, monkeypatch):
     overrides = [f"task={option}"]
+    if option in ("gsm8k", "hf_dataset"):  # from a local file in GSM8K's format, never the hub
+        import datasets
+        from gsm8k_helpers import gsm8k_rows, write_jsonl
+
+        monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_datasets_cache")
+        data = write_jsonl(tmp_path / "gsm8k.jsonl", gsm8k_rows(40))
+        overrides += [f"task.path={data}", "task.num_validation=8"]
+        if option == "hf_dataset":
+            overrides.append("task.answer_extractor=gsm8k")
     if option == "jsonl":
         data = tmp_path / "train.jsonl"
         data.write_text(
