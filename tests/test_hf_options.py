@@ -105,4 +105,6 @@ def test_gradient_checkpointing_is_refused_for_a_model_without_it():
     from twinkle_exp.models import TinyCausalLM, enable_gradient_checkpointing
 
     with pytest.raises(ValueError, match="policy.gradient_checkpointing: TinyCausalLM"):
-        enable_gradient_checkpointing(TinyCausalLM(10, d_model=8, n_layers=1, n_heads=2))
+        enable_gradient_checkpointing(
+            TinyCausalLM(10, d_model=8, n_layers=1, n_heads=2, max_seq_len=8, dropout=0.0)
+        )
