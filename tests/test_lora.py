@@ -4,15 +4,24 @@ is the initial policy (what an explicit copy would be), without copying any weig
 from __future__ import annotations
 
 import copy
+import csv
 
+import lightning as L
 import pytest
 import torch
+from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import DataLoader
 
+from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
+from twinkle_exp.data import PromptStream
 from twinkle_exp.loss import GRPOLoss, metric_keys
 from twinkle_exp.models import LoraSettings
 from twinkle_exp.models.lora import fold_adapters, trainable_parameters, trainable_state_dict
+from twinkle_exp.module import PolicyModule
 from twinkle_exp.policy import hf_policy, sequence_logps
 from twinkle_exp.reference import Reference
+from twinkle_exp.rewards import RewardFunction, RewardSet
+from twinkle_exp.tasks import AdditionTask
 
 LORA = LoraSettings(r=4, alpha=8.0)
 
@@ -131,6 +140,9 @@ def test_adapters_trained_before_the_reference_are_folded_into_it(tiny_hf_dir):
     with reference.weights() as ref_model:
         torch.testing.assert_close(logps_of(ref_model, b), warm_logps, rtol=1e-5, atol=1e-5)
     assert not fold_adapters(model), "folding left an adapter that is not the identity"
+    # The base is no longer the pretrained one, so adapters alone would not restore this policy.
+    state = model.state_dict()
+    assert trainable_state_dict(model, state) is state
 
 
 def test_reference_without_lora_is_a_frozen_copy(tiny_hf_dir):
@@ -185,3 +197,50 @@ def test_lora_from_a_config_mapping_and_unknown_keys(tiny_hf_dir):
         hf_policy(str(tiny_hf_dir), lora={"rank": 2})
     with pytest.raises(ValueError, match="policy.lora.target_modules=.*nope"):
         hf_policy(str(tiny_hf_dir), lora={"target_modules": ["nope"]})
+
+
+def test_policy_module_trains_lora_adapters_against_the_free_reference(tiny_hf_dir, tmp_path):
+    """Through the trainer: the optimizer holds the adapters, the reference is the policy without them, the
+    KL is logged, the base does not move, and the checkpoint carries the adapters only."""
+
+    def digit_fraction(prompts, completions, answers):  # dense, so advantages are not all 0
+        return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+
+    torch.manual_seed(0)
+    policy = hf_policy(str(tiny_hf_dir), lora=LoraSettings(r=4, alpha=16.0))
+    module = PolicyModule(
+        policy,
+        AdditionTask(num_validation=4),
+        RewardSet([RewardFunction("digits", digit_fraction)]),
+        GRPOLoss(beta=0.1),
+        rollout=RolloutConfig(prompts_per_step=4, group_size=4, max_new_tokens=6),
+        advantage=AdvantageConfig(),
+        optim=OptimConfig(lr=1e-2, mu=1, num_minibatches=2),
+        trainer=TrainerConfig(val_every=10, val_batch_size=4, samples_every=1000),
+    )
+    assert module.reference is policy.model  # no copy
+    base_before = {n: p.detach().clone() for n, p in policy.model.named_parameters() if not p.requires_grad}
+    trainer = L.Trainer(
+        max_steps=2,
+        accelerator="cpu",
+        logger=CSVLogger(str(tmp_path), name="", version=""),
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        default_root_dir=str(tmp_path),
+    )
+    stream = PromptStream(module.task, 4, seed=0)
+    trainer.fit(module, train_dataloaders=DataLoader(stream, batch_size=None))
+    [optimizer] = trainer.optimizers
+    optimized = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    assert optimized == {id(p) for p in trainable_parameters(policy.model)}
+    assert all(torch.equal(dict(policy.model.named_parameters())[n], p) for n, p in base_before.items())
+
+    trainer.save_checkpoint(tmp_path / "last.ckpt")
+    saved = torch.load(tmp_path / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+    assert saved and all("lora_" in k for k in saved)
+    with open(tmp_path / "metrics.csv") as f:
+        kl = [float(r["train/kl"]) for r in csv.DictReader(f) if r.get("train/kl")]
+    assert kl and kl[-1] > 0  # measured against the adapter-disabled policy, which the update left behind

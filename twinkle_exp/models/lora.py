@@ -87,12 +87,17 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+# Set on a model whose base weights `fold_adapters` changed: they are no longer the pretrained ones.
+_FOLDED = "twinkle_base_folded"
+
+
 def trainable_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor], prefix: str = "") -> dict:
     """`state_dict` (keys `prefix` + `model`'s names) cut to the trainable parameters when `model` is LoRA.
 
-    A LoRA checkpoint then holds the adapters only; without LoRA it is returned unchanged.
+    A LoRA checkpoint then holds the adapters only, to be loaded onto the pretrained base. Unchanged
+    without LoRA, and when adapters were folded into the base (the base alone would not restore it).
     """
-    if not is_lora(model):
+    if not is_lora(model) or getattr(model, _FOLDED, False):
         return state_dict
     keep = {prefix + name for name, p in model.named_parameters() if p.requires_grad}
     return {k: v for k, v in state_dict.items() if k in keep}
@@ -119,4 +124,6 @@ def fold_adapters(model: nn.Module) -> bool:
             base += delta.to(base.dtype)
             b.weight.zero_()  # B = 0: the adapter adds nothing; A keeps its values (a valid LoRA init)
             folded = True
+    if folded:
+        setattr(model, _FOLDED, True)
     return folded
