@@ -8,6 +8,7 @@ import torch
 
 from twinkle_exp.models import CharTokenizer, encode_prompt
 from twinkle_exp.models.chat import ChatTemplateTokenizer, with_chat_template
+from twinkle_exp.models.hf import set_update_mode
 from twinkle_exp.models.lora import LoraSettings
 from twinkle_exp.policy import hf_policy, sequence_logps, with_task_prompt_format
 from twinkle_exp.tasks import AdditionTask
@@ -27,10 +28,14 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def grads_and_saved(tiny_hf_dir, *, checkpointing: bool, lora: LoraSettings | None):
-    """Gradients of a log-prob sum, and how many tensors the forward saved for backward."""
+def grads_and_saved(tiny_hf_dir, *, checkpointing: bool, lora: LoraSettings | None, dropout: bool = True):
+    """Gradients of a log-prob sum, and how many tensors the forward saved for backward.
+
+    `dropout=False` is the trainer's default update: eval mode, with checkpointing kept on.
+    """
     torch.manual_seed(0)  # peft draws the adapters' A matrices: the same in both models
-    model = hf_policy(str(tiny_hf_dir), gradient_checkpointing=checkpointing, lora=lora).model.train()
+    model = hf_policy(str(tiny_hf_dir), gradient_checkpointing=checkpointing, lora=lora).model
+    set_update_mode(model, dropout=dropout)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(4, 99, (3, 10), generator=g)  # [B, T]
     mask = torch.ones_like(ids)
@@ -51,10 +56,13 @@ def grads_and_saved(tiny_hf_dir, *, checkpointing: bool, lora: LoraSettings | No
     return grads, saved
 
 
+@pytest.mark.parametrize("dropout", [True, False], ids=["train_mode", "update_without_dropout"])
 @pytest.mark.parametrize("lora", [None, LoraSettings(r=4, alpha=8.0)], ids=["full", "lora"])
-def test_gradient_checkpointing_gives_the_same_gradients(tiny_hf_dir, lora):
-    plain, saved_plain = grads_and_saved(tiny_hf_dir, checkpointing=False, lora=lora)
-    checkpointed, saved_checkpointed = grads_and_saved(tiny_hf_dir, checkpointing=True, lora=lora)
+def test_gradient_checkpointing_gives_the_same_gradients(tiny_hf_dir, lora, dropout):
+    plain, saved_plain = grads_and_saved(tiny_hf_dir, checkpointing=False, lora=lora, dropout=dropout)
+    checkpointed, saved_checkpointed = grads_and_saved(
+        tiny_hf_dir, checkpointing=True, lora=lora, dropout=dropout
+    )
     assert saved_checkpointed < saved_plain  # the layers' activations were dropped, so it did checkpoint
     assert plain.keys() == checkpointed.keys() and plain
     for name in plain:

@@ -12,6 +12,7 @@ from twinkle_exp import metric_names as M
 from twinkle_exp.advantages import group_advantages
 from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
 from twinkle_exp.evaluation import greedy_accuracy
+from twinkle_exp.models.hf import set_update_mode
 from twinkle_exp.models.lora import is_lora, trainable_parameters, trainable_state_dict
 from twinkle_exp.old_logps import has_dropout, recompute_old_logps, should_recompute
 from twinkle_exp.policy import Policy, sequence_logps
@@ -199,7 +200,7 @@ class PolicyModule(L.LightningModule):
             self.policy.eval()
             first_step_split = [part.to(self.device) for rows in epochs[0] for part in rows.split(micro)]
             old_logps = recompute_old_logps(self.policy, b, first_step_split, self.rollout_cfg.temperature)
-        self.policy.train(opt.update_dropout)
+        set_update_mode(self.policy, dropout=opt.update_dropout)  # keeps gradient checkpointing on
         for step, rows in enumerate(rows for epoch in epochs for rows in epoch):
             if self.global_step >= self.trainer.max_steps:
                 break

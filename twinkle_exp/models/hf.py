@@ -135,3 +135,20 @@ def build_tiny_hf_model(
     config._attn_implementation = attn_implementation
     torch.manual_seed(seed)
     return transformers.LlamaForCausalLM(config)
+
+
+def set_update_mode(model: nn.Module, dropout: bool) -> None:
+    """Put `model` in the mode of an update: dropout only if asked, gradient checkpointing kept working.
+
+    An update without dropout runs in eval mode, and transformers checkpoints a layer only when that layer is
+    in training mode, so checkpointing would silently stop. The checkpointed layers themselves are therefore
+    marked as training: their dropout lives in their submodules (attention, MLP, LoRA), which stay in eval.
+    """
+    model.train(dropout)
+    if dropout:
+        return
+    for module in model.modules():
+        if getattr(module, "gradient_checkpointing", False) is True and hasattr(
+            module, "_gradient_checkpointing_func"
+        ):
+            module.training = True
