@@ -62,6 +62,7 @@ def test_gsm8k_with_a_validation_file(tmp_path):
     assert {ex.prompt for ex in task.validation_set()} == {r["question"] for r in rows[18:25]}
     sampled = {ex.prompt for ex in task.sample(300, random.Random(0))}
     assert sampled == {r["question"] for r in rows[:18] + rows[25:]}  # the overlap is held out
+    assert task.data_files() == [str(train), str(test)]  # their content keys the warm-start cache
 
 
 def test_a_gold_answer_without_marks_is_refused_by_row(tmp_path):

@@ -79,6 +79,7 @@ class HFDatasetTask(Task):
                 f"split); pass the held-out file as task.validation_path"
             )
         self.path, self.prompt_template, self.answer_field = path, prompt_template, answer_field
+        self.validation_path = validation_path
         self.num_validation, self.seed = num_validation, seed
         self.chat_template, self.system_prompt = chat_template, system_prompt
         self._extract = None if answer_extractor is None else get_answer_extractor(answer_extractor)
@@ -153,6 +154,10 @@ class HFDatasetTask(Task):
 
     def validation_set(self) -> list[Example]:
         return list(self._validation)
+
+    def data_files(self) -> list[str]:
+        # Local files only: a hub dataset or a directory is named by the config, which the cache key holds.
+        return [p for p in (self.path, self.validation_path) if p is not None and is_local_file(p)]
 
     def sample(self, n: int, rng: random.Random) -> list[Example]:
         if n < 0:
