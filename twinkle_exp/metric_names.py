@@ -50,3 +50,8 @@ SUMMARY_WARNINGS = "summary/warnings"  # ids of the checks that fired (twinkle_e
 RATIO_MIN = TRAIN + loss_keys.RATIO_MIN
 RATIO_MAX = TRAIN + loss_keys.RATIO_MAX
 CISPO_CLIP = TRAIN + loss_keys.CISPO_CLIP
+
+# Reported by reward=math for each rollout (RewardSet.last_metrics): completions scored 0 because no
+# answer could be parsed from them, and checks stopped by the per-answer timeout (also scored 0).
+REWARD_PARSE_FAILURES = "train/rewards/parse_failures"
+REWARD_CHECK_TIMEOUTS = "train/rewards/check_timeouts"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 from typing import Any
 
@@ -13,8 +12,11 @@ from twinkle_exp import metric_names as M
 from twinkle_exp.advantages import group_advantages
 from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
 from twinkle_exp.evaluation import greedy_accuracy
+from twinkle_exp.models.hf import set_update_mode
+from twinkle_exp.models.lora import is_lora, trainable_parameters, trainable_state_dict
 from twinkle_exp.old_logps import has_dropout, recompute_old_logps, should_recompute
 from twinkle_exp.policy import Policy, sequence_logps
+from twinkle_exp.reference import Reference
 from twinkle_exp.rewards import RewardSet
 from twinkle_exp.rollout import RolloutBatch, generate
 from twinkle_exp.rollout_metrics import StageTimer, rollout_metrics
@@ -60,7 +62,9 @@ class PolicyModule(L.LightningModule):
                 f"(rollout.prompts_per_step x rollout.group_size)"
             )
         # Kept in a list so Lightning neither registers it (no checkpoint, no DDP wrap) nor trains it.
-        self._reference: list[torch.nn.Module] = []
+        self._reference: list[Reference] = []
+        self._load_reference = policy.load_reference
+        self.strict_loading = not is_lora(self.policy)  # a LoRA checkpoint may hold the adapters only
         self._started = False
         self.rollouts_done = 0
         self.first_val: dict[str, float] = {}  # before the first update: the warm-start's figures
@@ -76,18 +80,24 @@ class PolicyModule(L.LightningModule):
         if getattr(loss_fn, "beta", 0.0) > 0 and not self._reference:
             if self._started:
                 raise ValueError("cannot switch to a loss with beta > 0 after training started: no reference")
-            reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
-            self._reference.append(reference)
+            self._reference.append(Reference.of(self.policy, self._load_reference))
         self.loss_fn = loss_fn
 
     @property
     def reference(self) -> torch.nn.Module | None:
-        return self._reference[0] if self._reference else None
+        """The reference model; with LoRA the policy itself, which the reference pass runs without adapters."""
+        return self._reference[0].model if self._reference else None
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["state_dict"] = trainable_state_dict(self.policy, checkpoint["state_dict"], "policy.")
 
     def configure_optimizers(self):
         opt = self.optim_cfg
         optimizer = torch.optim.AdamW(
-            self.policy.parameters(), lr=opt.lr, betas=tuple(opt.betas), weight_decay=opt.weight_decay
+            trainable_parameters(self.policy),
+            lr=opt.lr,
+            betas=tuple(opt.betas),
+            weight_decay=opt.weight_decay,
         )
         warmup = max(1, opt.warmup_steps)
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
@@ -95,8 +105,8 @@ class PolicyModule(L.LightningModule):
 
     def on_fit_start(self) -> None:
         self._started = True
-        if self.reference is not None:
-            self.reference.to(self.device)
+        if self._reference:
+            self._reference[0].to(self.device)
         self._recompute_old_logps = should_recompute(
             self.optim_cfg.old_logps, self.trainer.precision, self.policy
         )
@@ -122,6 +132,7 @@ class PolicyModule(L.LightningModule):
         with timer(M.TIME_UPDATE):
             self._update(rollout, adv.advantages.to(self.device), ref_logps)
         metrics = rollout_metrics(rollout, rewards, per_fn, adv, timer, epochs=self.optim_cfg.mu)
+        metrics |= self.rewards.last_metrics  # what the reward functions counted (math: parse failures)
         log_metrics(self.loggers, metrics | {M.ROLLOUT_INDEX: float(self.rollouts_done)}, self.global_step)
         self.log("reward", rewards.mean(), prog_bar=True, logger=False)
         self.rollouts_done += 1
@@ -153,16 +164,17 @@ class PolicyModule(L.LightningModule):
 
     @torch.no_grad()
     def _reference_logps(self, b: RolloutBatch) -> torch.Tensor | None:
-        if self.reference is None:
+        if not self._reference:
             return None
-        logps, _ = sequence_logps(
-            self.reference,
-            b.input_ids,
-            b.attention_mask,
-            b.position_ids,
-            b.labels,
-            temperature=self.rollout_cfg.temperature,
-        )
+        with self._reference[0].weights() as reference:
+            logps, _ = sequence_logps(
+                reference,
+                b.input_ids,
+                b.attention_mask,
+                b.position_ids,
+                b.labels,
+                temperature=self.rollout_cfg.temperature,
+            )
         return logps
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -188,7 +200,7 @@ class PolicyModule(L.LightningModule):
             self.policy.eval()
             first_step_split = [part.to(self.device) for rows in epochs[0] for part in rows.split(micro)]
             old_logps = recompute_old_logps(self.policy, b, first_step_split, self.rollout_cfg.temperature)
-        self.policy.train(opt.update_dropout)
+        set_update_mode(self.policy, dropout=opt.update_dropout)  # keeps gradient checkpointing on
         for step, rows in enumerate(rows for epoch in epochs for rows in epoch):
             if self.global_step >= self.trainer.max_steps:
                 break

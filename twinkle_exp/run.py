@@ -18,6 +18,7 @@ from twinkle_exp import metric_names as M
 from twinkle_exp.config import Config, TrainerConfig
 from twinkle_exp.data import PromptStream
 from twinkle_exp.module import PolicyModule
+from twinkle_exp.policy import with_task_prompt_format
 from twinkle_exp.progress import RolloutProgressBar
 from twinkle_exp.report.run_summary import print_warnings, summarize_run
 from twinkle_exp.rewards import build_rewards
@@ -54,6 +55,7 @@ def build_module(cfg: Config) -> tuple[PolicyModule, dict[str, Any]]:
     torch.manual_seed(cfg.warmup.seed)  # the initial weights belong to the warm-start, not to the RL seed
     policy = instantiate(cfg.policy)
     task = instantiate(cfg.task)
+    policy = with_task_prompt_format(policy, task)  # prompts in the chat template when the task asks
     warm: dict[str, Any] = {"enabled": False}
     if cfg.warmup.enabled:
         policy.model.to(_warmup_device(cfg.trainer))

@@ -22,6 +22,10 @@ class Task(ABC):
     """A source of training prompts plus a fixed, disjoint validation set."""
 
     name: str
+    # The prompt format: wrap prompts in the policy tokenizer's chat template (after a system turn of
+    # `system_prompt` when set). Tasks for instruction-tuned models take both as constructor arguments.
+    chat_template: bool = False
+    system_prompt: str | None = None
 
     @abstractmethod
     def sample(self, n: int, rng: random.Random) -> list[Example]:
