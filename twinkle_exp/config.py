@@ -48,7 +48,7 @@ class RewardConfig:
 
 @dataclass
 class RolloutConfig:
-    prompts_per_step: int = 16
+    prompts_per_step: int = 16  # per rollout over all data-parallel ranks; each samples its share
     group_size: int = 8
     temperature: float = 1.0
     top_k: int = 0  # 0: no top-k filter
@@ -96,7 +96,8 @@ class WarmupConfig:
 class TrainerConfig:
     max_steps: int = 400  # optimizer steps (each rollout gives mu x num_minibatches of them)
     accelerator: str = "auto"
-    devices: Any = 1
+    devices: Any = 1  # per node
+    num_nodes: int = 1
     strategy: str = "auto"
     precision: str = "32-true"
     val_every: int = 10  # rollouts between greedy validations (also before the first and after the last)

@@ -9,15 +9,16 @@ from typing import Any
 import lightning as L
 import torch
 
+from twinkle_exp import distributed
 from twinkle_exp import metric_names as M
 from twinkle_exp.advantages import group_advantages
 from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
-from twinkle_exp.evaluation import greedy_accuracy
+from twinkle_exp.evaluation import greedy_totals, validation_metrics
 from twinkle_exp.old_logps import has_dropout, recompute_old_logps, should_recompute
 from twinkle_exp.policy import Policy, sequence_logps
 from twinkle_exp.rewards import RewardSet
 from twinkle_exp.rollout import RolloutBatch, generate
-from twinkle_exp.rollout_metrics import StageTimer, rollout_metrics
+from twinkle_exp.rollout_metrics import RolloutRows, StageTimer, rollout_metrics
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking import log_metrics, log_samples
 from twinkle_exp.update_metrics import StepMetrics
@@ -31,6 +32,10 @@ class PolicyModule(L.LightningModule):
     Batches are dicts of `prompts` and `answers` (lists of strings). Optimisation is manual: each batch is
     one rollout reused for `optim.mu` epochs of `optim.num_minibatches` optimizer steps each, so
     `trainer.global_step` counts optimizer steps.
+
+    Under data parallelism (DDP) each rank samples its own prompts' groups; advantages, the losses'
+    normalisers, the logged metrics and validation are the global batch's, so a step's result does not
+    depend on the number of ranks (README, "Scaling out").
     """
 
     def __init__(
@@ -53,12 +58,6 @@ class PolicyModule(L.LightningModule):
         self.task, self.rewards, self.seed = task, rewards, seed
         self.rollout_cfg, self.advantage_cfg = rollout, advantage
         self.optim_cfg, self.trainer_cfg = optim, trainer
-        rows = rollout.prompts_per_step * rollout.group_size
-        if optim.num_minibatches > rows:
-            raise ValueError(
-                f"optim.num_minibatches={optim.num_minibatches} is more than the {rows} samples of a rollout "
-                f"(rollout.prompts_per_step x rollout.group_size)"
-            )
         # Kept in a list so Lightning neither registers it (no checkpoint, no DDP wrap) nor trains it.
         self._reference: list[torch.nn.Module] = []
         self._started = False
@@ -92,6 +91,15 @@ class PolicyModule(L.LightningModule):
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
         return [optimizer], [schedule]
 
+    def setup(self, stage: str) -> None:
+        rows = self.rollout_cfg.prompts_per_step * self.rollout_cfg.group_size // self.trainer.world_size
+        if self.optim_cfg.num_minibatches > rows:
+            raise ValueError(
+                f"optim.num_minibatches={self.optim_cfg.num_minibatches} is more than the {rows} samples each "
+                f"of the {self.trainer.world_size} ranks holds (rollout.prompts_per_step x "
+                f"rollout.group_size / ranks)"
+            )
+
     def on_fit_start(self) -> None:
         self._started = True
         if self.reference is not None:
@@ -115,14 +123,21 @@ class PolicyModule(L.LightningModule):
             rollout = self._rollout(batch["prompts"])
         prompts, answers = rollout.per_row(batch["prompts"]), rollout.per_row(batch["answers"])
         rewards, per_fn = self.rewards(prompts, rollout.completions, answers, rollout.truncated)
-        adv = group_advantages(rewards, rollout.group_size, self.advantage_cfg.scale, self.advantage_cfg.eps)
+        # Every rank computes the advantages of the global batch (its groups are whole, so only
+        # advantage=batch's std needs the others' rewards) and trains on its own rows.
+        everyone = RolloutRows(rewards, per_fn, rollout.completion_lengths, rollout.truncated).gathered()
+        adv = group_advantages(
+            everyone.rewards, rollout.group_size, self.advantage_cfg.scale, self.advantage_cfg.eps
+        )
+        mine = adv.advantages.tensor_split(distributed.world_size())[distributed.rank()]
         with timer(M.TIME_REFERENCE):
             ref_logps = self._reference_logps(rollout)
         with timer(M.TIME_UPDATE):
-            self._update(rollout, adv.advantages.to(self.device), ref_logps)
-        metrics = rollout_metrics(rollout, rewards, per_fn, adv, timer, epochs=self.optim_cfg.mu)
+            self._update(rollout, mine.to(self.device), ref_logps)
+        seconds = distributed.max_over_ranks(timer.seconds)  # the slowest rank's
+        metrics = rollout_metrics(everyone, adv, seconds, epochs=self.optim_cfg.mu)
         log_metrics(self.loggers, metrics | {M.ROLLOUT_INDEX: float(self.rollouts_done)}, self.global_step)
-        self.log("reward", rewards.mean(), prog_bar=True, logger=False)
+        self.log("reward", metrics[M.REWARD_MEAN], prog_bar=True, logger=False)
         self.rollouts_done += 1
         if self.rollouts_done % self.trainer_cfg.samples_every == 0:
             rows = list(zip(prompts, rollout.completions, answers, rewards.tolist(), strict=True))
@@ -164,7 +179,8 @@ class PolicyModule(L.LightningModule):
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Lightning calls this after it unscales AMP (16-mixed) gradients, so the norm and the clipping see
-        # the true gradients under every precision.
+        # the true gradients under every precision. The gradients are already averaged over the ranks (DDP):
+        # the norm is the global one.
         max_norm = self.optim_cfg.max_grad_norm or float("inf")  # 0 or None: measure, do not clip
         self._grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), max_norm)
 
@@ -202,11 +218,18 @@ class PolicyModule(L.LightningModule):
         ref_logps: torch.Tensor | None,
         sampler_gap: bool,
     ) -> dict[str, float]:
-        """One optimizer step on the rows `parts` (its micro-batches); returns the step's metrics."""
+        """One optimizer step on the rows `parts` (its micro-batches); returns the step's metrics.
+
+        The losses are normalised by the global step's totals, and DDP averages the ranks'
+        gradients, so each rank's loss is scaled by the number of ranks: the averaged gradient is then
+        the gradient of the global batch's loss, whatever the ranks' shares of sequences and tokens.
+        """
         optimizer = self.optimizers()
         mask = b.completion_mask
         rows = torch.cat(parts)
-        totals = {"num_sequences": len(rows), "num_tokens": int(mask[rows].sum())}
+        seqs, tokens = distributed.step_totals(len(rows), int(mask[rows].sum()), self.device)
+        totals = {"num_sequences": seqs, "num_tokens": tokens}
+        ranks = distributed.world_size()
         stats = StepMetrics()
         optimizer.zero_grad(set_to_none=True)
         for part in parts:
@@ -227,7 +250,7 @@ class PolicyModule(L.LightningModule):
                 ref_logps=None if ref_logps is None else ref_logps[part],
                 **totals,
             )
-            self.manual_backward(out.loss)
+            self.manual_backward(out.loss * ranks)
             gap = logps.detach() - b.old_logps[part] if sampler_gap else None
             stats.add_micro(out, mask[part], entropy, gap)
         lr = self._lr()
@@ -237,15 +260,19 @@ class PolicyModule(L.LightningModule):
 
     # --- validation --------------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
-        """Greedy decoding on the task's held-out set: exact-match accuracy and mean reward."""
-        return greedy_accuracy(
+        """Greedy decoding on the task's held-out set: exact-match accuracy and mean reward.
+
+        Each rank decodes its share of the examples and the totals are summed, so every example counts once.
+        """
+        totals = greedy_totals(
             self.policy,
             self.tokenizer,
-            self.task.validation_set(),
+            distributed.shard(self.task.validation_set()),
             self.rewards,
             max_new_tokens=self.rollout_cfg.max_new_tokens,
             batch_size=self.trainer_cfg.val_batch_size,
         )
+        return validation_metrics(distributed.all_reduce(totals, "sum"))
 
     def log_validation(self) -> dict[str, float]:
         """Evaluate on the held-out set and log at the current optimizer step."""

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from twinkle_exp import distributed
 from twinkle_exp.config import WarmupConfig
 from twinkle_exp.loss import IGNORE_INDEX, shift_logits_to_labels
 from twinkle_exp.models import encode_prompt
@@ -26,6 +27,7 @@ from twinkle_exp.tasks import Example, Task
 
 log = logging.getLogger(__name__)
 CACHE_FORMAT = 1  # bump when the warm-start procedure changes, so old checkpoints are not reused
+RANK_WAIT_S = 6 * 3600  # how long the other ranks wait for rank 0's warm-start (a large model's is long)
 
 
 def cache_key(policy_cfg: dict, task_cfg: dict, warmup: WarmupConfig) -> str:
@@ -79,9 +81,16 @@ def supervised_train(
     return float(loss)
 
 
-def warm_start(policy: Policy, task: Task, cfg: WarmupConfig, key: str) -> dict[str, Any]:
-    """Load the cached warm-start for `key`, or train it and cache it. Returns what happened, for the logs."""
+def warm_start(
+    policy: Policy, task: Task, cfg: WarmupConfig, key: str, trains: bool = True
+) -> dict[str, Any]:
+    """Load the cached warm-start for `key`, or train it and cache it. Returns what happened, for the logs.
+
+    `trains=False` (every data-parallel rank but global rank 0) never trains: it waits for the cache.
+    """
     path = Path(os.path.expanduser(cfg.cache_dir)) / f"warmup-{key}.pt"
+    if not trains:
+        distributed.wait_for_file(path, RANK_WAIT_S, "the warm-start")
     if path.exists():
         policy.model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         log.info("warm-start: reused %s", path)
