@@ -98,7 +98,7 @@ class TrainerConfig:
     accelerator: str = "auto"
     devices: Any = 1  # per node
     num_nodes: int = 1
-    strategy: str = "auto"
+    strategy: str = "auto"  # Lightning's (auto, ddp, ...), or fsdp2 (FSDP2, trainer=fsdp)
     precision: str = "32-true"
     val_every: int = 10  # rollouts between greedy validations (also before the first and after the last)
     val_batch_size: int = 128

@@ -19,6 +19,7 @@ from twinkle_exp.policy import Policy, sequence_logps
 from twinkle_exp.rewards import RewardSet
 from twinkle_exp.rollout import RolloutBatch, generate
 from twinkle_exp.rollout_metrics import RolloutRows, StageTimer, rollout_metrics
+from twinkle_exp.sharding import gathered, is_sharded, shard_model
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking import log_metrics, log_samples
 from twinkle_exp.update_metrics import StepMetrics
@@ -33,7 +34,7 @@ class PolicyModule(L.LightningModule):
     one rollout reused for `optim.mu` epochs of `optim.num_minibatches` optimizer steps each, so
     `trainer.global_step` counts optimizer steps.
 
-    Under data parallelism (DDP) each rank samples its own prompts' groups; advantages, the losses'
+    Under data parallelism (DDP, FSDP2) each rank samples its own prompts' groups; advantages, the losses'
     normalisers, the logged metrics and validation are the global batch's, so a step's result does not
     depend on the number of ranks (README, "Scaling out").
     """
@@ -90,6 +91,15 @@ class PolicyModule(L.LightningModule):
         warmup = max(1, opt.warmup_steps)
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
         return [optimizer], [schedule]
+
+    def configure_model(self) -> None:
+        # Only ModelParallelStrategy (trainer=fsdp) sets a device mesh; Lightning may call this hook again.
+        if self.device_mesh is None or is_sharded(self.policy):
+            return
+        mesh = self.device_mesh["data_parallel"]
+        shard_model(self.policy, mesh)
+        if self.reference is not None:
+            shard_model(self.reference, mesh)
 
     def setup(self, stage: str) -> None:
         rows = self.rollout_cfg.prompts_per_step * self.rollout_cfg.group_size // self.trainer.world_size
@@ -151,17 +161,18 @@ class PolicyModule(L.LightningModule):
     def _rollout(self, prompts: list[str]) -> RolloutBatch:
         r = self.rollout_cfg
         self.policy.eval()
-        return generate(
-            self.policy,
-            self.tokenizer,
-            prompts,
-            group_size=r.group_size,
-            max_new_tokens=r.max_new_tokens,
-            temperature=r.temperature,
-            top_k=r.top_k,
-            top_p=r.top_p,
-            generator=self._sampler,
-        )
+        with gathered(self.policy):
+            return generate(
+                self.policy,
+                self.tokenizer,
+                prompts,
+                group_size=r.group_size,
+                max_new_tokens=r.max_new_tokens,
+                temperature=r.temperature,
+                top_k=r.top_k,
+                top_p=r.top_p,
+                generator=self._sampler,
+            )
 
     @torch.no_grad()
     def _reference_logps(self, b: RolloutBatch) -> torch.Tensor | None:
@@ -179,10 +190,11 @@ class PolicyModule(L.LightningModule):
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Lightning calls this after it unscales AMP (16-mixed) gradients, so the norm and the clipping see
-        # the true gradients under every precision. The gradients are already averaged over the ranks (DDP):
-        # the norm is the global one.
+        # the true gradients under every precision. The gradients are already averaged over the ranks (DDP)
+        # or sharded (FSDP2, where the norm comes back as a replicated DTensor): the norm is the global one.
         max_norm = self.optim_cfg.max_grad_norm or float("inf")  # 0 or None: measure, do not clip
-        self._grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), max_norm)
+        norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), max_norm)
+        self._grad_norm = distributed.full_value(norm)
 
     def _update(self, b: RolloutBatch, advantages: torch.Tensor, ref_logps: torch.Tensor | None) -> None:
         """mu epochs of num_minibatches optimizer steps over shuffled rows, each logged at its own step.
@@ -220,7 +232,7 @@ class PolicyModule(L.LightningModule):
     ) -> dict[str, float]:
         """One optimizer step on the rows `parts` (its micro-batches); returns the step's metrics.
 
-        The losses are normalised by the global step's totals, and DDP averages the ranks'
+        The losses are normalised by the global step's totals, and DDP and FSDP2 average the ranks'
         gradients, so each rank's loss is scaled by the number of ranks: the averaged gradient is then
         the gradient of the global batch's loss, whatever the ranks' shares of sequences and tokens.
         """
@@ -264,14 +276,15 @@ class PolicyModule(L.LightningModule):
 
         Each rank decodes its share of the examples and the totals are summed, so every example counts once.
         """
-        totals = greedy_totals(
-            self.policy,
-            self.tokenizer,
-            distributed.shard(self.task.validation_set()),
-            self.rewards,
-            max_new_tokens=self.rollout_cfg.max_new_tokens,
-            batch_size=self.trainer_cfg.val_batch_size,
-        )
+        with gathered(self.policy):
+            totals = greedy_totals(
+                self.policy,
+                self.tokenizer,
+                distributed.shard(self.task.validation_set()),
+                self.rewards,
+                max_new_tokens=self.rollout_cfg.max_new_tokens,
+                batch_size=self.trainer_cfg.val_batch_size,
+            )
         return validation_metrics(distributed.all_reduce(totals, "sum"))
 
     def log_validation(self) -> dict[str, float]:

@@ -22,6 +22,7 @@ from twinkle_exp.module import PolicyModule
 from twinkle_exp.progress import RolloutProgressBar
 from twinkle_exp.ranks import SameOutputDir, check_launch
 from twinkle_exp.rewards import RewardFunction, RewardSet
+from twinkle_exp.sharding import lightning_strategy
 from twinkle_exp.summary import print_summary
 from twinkle_exp.tracking import JobInfo, RunStatus, build_loggers
 from twinkle_exp.warmup import cache_key, warm_start
@@ -106,7 +107,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             accelerator=t.accelerator,
             devices=t.devices,
             num_nodes=t.num_nodes,
-            strategy=t.strategy,
+            strategy=lightning_strategy(t.strategy),
             precision=t.precision,
             logger=loggers,
             callbacks=[*callbacks, SameOutputDir(job.output_dir)],
@@ -130,7 +131,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         for logger in loggers:
             logger.save()
         checkpoint = None
-        if t.save_checkpoint:  # every rank calls it; rank 0 writes
+        if t.save_checkpoint:  # every rank takes part (FSDP2 gathers the shards); rank 0 writes
             checkpoint = job.output_dir / "checkpoints" / "last.ckpt"
             trainer.save_checkpoint(checkpoint, weights_only=False)
         result = {
