@@ -119,7 +119,9 @@ def fsdp_sweep(tmp_path_factory, cli_env) -> Path:
 @pytest.mark.parametrize("advantage", ADVANTAGES)
 @pytest.mark.parametrize("loss", LOSSES)
 def test_ddp_torchrun_step_equals_one_process(ddp_sweep, loss, advantage, tmp_path, monkeypatch):
-    check_matches_one_process(_job(ddp_sweep, loss, advantage), tmp_path, monkeypatch)
+    job = _job(ddp_sweep, loss, advantage)
+    check_matches_one_process(job, tmp_path, monkeypatch)
+    assert (job / "rank1.log").is_file()  # rank 1 logs beside rank 0's cli.log, not into it
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from twinkle_exp import distributed
 from twinkle_exp.config import WarmupConfig
 from twinkle_exp.data import PromptStream, prompts_per_rank
 from twinkle_exp.evaluation import greedy_totals, validation_metrics
+from twinkle_exp.launcher_env import rank_hydra_overrides
 from twinkle_exp.policy import tiny_policy
 from twinkle_exp.ranks import check_launch, spawns_processes
 from twinkle_exp.rewards import RewardFunction, RewardSet, partial_credit
@@ -128,3 +129,10 @@ def test_validation_shares_add_up_to_the_whole_set():
     summed = sum(greedy_totals(policy.model, policy.tokenizer, s, rewards, **kwargs) for s in shares)
     assert summed[2] == len(examples) and summed[1] > 0
     assert validation_metrics(summed) == pytest.approx(validation_metrics(whole), rel=1e-6)
+
+
+def test_ranks_started_by_torchrun_or_srun_keep_their_own_log():
+    assert rank_hydra_overrides({"RANK": "2"}) == ["hydra.output_subdir=null", "hydra.job.name=rank2"]
+    assert rank_hydra_overrides({"SLURM_PROCID": "1"})[1] == "hydra.job.name=rank1"
+    assert rank_hydra_overrides({"RANK": "0", "SLURM_PROCID": "0"}) == []
+    assert rank_hydra_overrides({"LOCAL_RANK": "1"}) == []  # Lightning's launcher names its own ranks

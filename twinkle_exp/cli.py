@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
 from twinkle_exp.config import register_configs
+from twinkle_exp.launcher_env import rank_hydra_overrides
 
 register_configs()
 
@@ -19,6 +22,7 @@ def _main(cfg: DictConfig) -> float:
 
 
 def main() -> None:
+    sys.argv += rank_hydra_overrides()  # torchrun/srun ranks > 0 share rank 0's directory quietly
     _main()
 
 
