@@ -135,8 +135,10 @@ def test_fsdp2_torchrun_step_equals_one_process(fsdp_sweep, loss, advantage, tmp
 @pytest.mark.parametrize("trainer", ["ddp", "fsdp"])
 def test_lightning_launcher_shares_one_output_dir(trainer, cli_env, tmp_path, monkeypatch):
     # `python -m twinkle_exp trainer=... trainer.devices=2`: Lightning re-runs the command for rank 1, whose
-    # Hydra must use rank 0's timestamped directory (the default hydra.run.dir), not one of its own.
+    # Hydra must use rank 0's timestamped directory (the default hydra.run.dir), not one of its own. The old
+    # log-probs are recomputed: one more no-grad pass over the (sharded) policy inside the step.
     command = [sys.executable, "-m", "twinkle_exp", f"trainer={trainer}", "loss=bnpo", "advantage=batch"]
+    command += ["optim.old_logps=recompute"]
     proc = subprocess.run(
         [*command, *COMMON, *TWO_CPUS],
         cwd=tmp_path,
