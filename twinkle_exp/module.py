@@ -27,6 +27,15 @@ from twinkle_exp.update_metrics import StepMetrics
 log = logging.getLogger(__name__)
 
 
+def _check_minibatches(num_minibatches: int, rows: int, ranks: int) -> None:
+    """Every rank splits its share of the rollout's `rows` into `num_minibatches` non-empty minibatches."""
+    if num_minibatches > rows // ranks:
+        raise ValueError(
+            f"optim.num_minibatches={num_minibatches} is more than the {rows // ranks} samples of a rollout "
+            f"on each of the {ranks} ranks (rollout.prompts_per_step x rollout.group_size / ranks)"
+        )
+
+
 class PolicyModule(L.LightningModule):
     """Trains `policy` with `loss_fn` against a frozen copy of its initial weights (when the loss has beta > 0).
 
@@ -59,6 +68,7 @@ class PolicyModule(L.LightningModule):
         self.task, self.rewards, self.seed = task, rewards, seed
         self.rollout_cfg, self.advantage_cfg = rollout, advantage
         self.optim_cfg, self.trainer_cfg = optim, trainer
+        _check_minibatches(optim.num_minibatches, rollout.prompts_per_step * rollout.group_size, ranks=1)
         # Kept in a list so Lightning neither registers it (no checkpoint, no DDP wrap) nor trains it.
         self._reference: list[torch.nn.Module] = []
         self._started = False
@@ -102,13 +112,8 @@ class PolicyModule(L.LightningModule):
             shard_model(self.reference, mesh)
 
     def setup(self, stage: str) -> None:
-        rows = self.rollout_cfg.prompts_per_step * self.rollout_cfg.group_size // self.trainer.world_size
-        if self.optim_cfg.num_minibatches > rows:
-            raise ValueError(
-                f"optim.num_minibatches={self.optim_cfg.num_minibatches} is more than the {rows} samples each "
-                f"of the {self.trainer.world_size} ranks holds (rollout.prompts_per_step x "
-                f"rollout.group_size / ranks)"
-            )
+        rows = self.rollout_cfg.prompts_per_step * self.rollout_cfg.group_size
+        _check_minibatches(self.optim_cfg.num_minibatches, rows, self.trainer.world_size)
 
     def on_fit_start(self) -> None:
         self._started = True
