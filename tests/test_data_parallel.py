@@ -1,6 +1,6 @@
 """Same answer at any scale: 2-process CPU (gloo) runs, started as the README says, against one process.
 
-Each multi-process run records what every rank trained on (`dp_harness.CaptureCallback`); one process then
+Each multi-process run records what every rank trained on (`dp_capture.CaptureCallback`); one process then
 trains on the union of the ranks' rollouts. After one optimizer step on that same global batch (uneven
 completion tokens across the ranks, split into micro-batches of 3 sequences) the averaged gradient and the
 weights must match the one process's, and so must every logged metric; each held-out example is decoded by
@@ -21,7 +21,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from dp_harness import load_captures, metric_differences, read_metrics, relative_difference, replay_job
+from dp_capture import load_captures
+from dp_replay import metric_differences, read_metrics, relative_difference, replay_job
 
 from twinkle_exp import metric_names as M
 
@@ -38,7 +39,7 @@ COMMON = [
     "optim.micro_batch_size=3",
     "rollout.prompts_per_step=8",
     "task.num_validation=7",
-    "+hydra.callbacks.capture._target_=dp_harness.CaptureCallback",
+    "+hydra.callbacks.capture._target_=dp_capture.CaptureCallback",
 ]
 TWO_CPUS = ["trainer.accelerator=cpu", "trainer.devices=2"]
 TOLERANCE = 1e-5  # relative; float32 sums in another order differ by ~1e-7
