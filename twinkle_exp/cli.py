@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 
 from twinkle_exp.config import register_configs
 from twinkle_exp.errors import UserError
+from twinkle_exp.launcher_env import rank_hydra_overrides
 from twinkle_exp.validation import check_config, override_problems
 
 register_configs()
@@ -58,6 +59,7 @@ def _main(cfg: DictConfig) -> float:
 
 
 def main() -> None:
+    sys.argv += rank_hydra_overrides()  # torchrun/srun ranks > 0 share rank 0's directory quietly
     problems = override_problems(sys.argv[1:])
     if problems:
         _refuse(problems)

@@ -70,7 +70,9 @@ class RewardConfig:
 
 @dataclass
 class RolloutConfig:
-    prompts_per_step: int = param(16, positive_int)
+    prompts_per_step: int = param(
+        16, positive_int
+    )  # per rollout over all data-parallel ranks; each samples its share
     group_size: int = param(8, int_at_least(2))  # one sample per prompt has no group to compare against
     temperature: float = param(1.0, positive)
     top_k: int = param(0, int_at_least(0))  # 0: no top-k filter
@@ -121,8 +123,9 @@ class WarmupConfig:
 class TrainerConfig:
     max_steps: int = param(400, int_at_least(0))  # optimizer steps (each rollout gives mu x num_minibatches)
     accelerator: str = "auto"
-    devices: Any = 1
-    strategy: str = "auto"
+    devices: Any = 1  # per node
+    num_nodes: int = 1
+    strategy: str = "auto"  # Lightning's (auto, ddp, ...), or fsdp2 (FSDP2, trainer=fsdp)
     precision: str = "32-true"
     # Rollouts between greedy validations (also before the first and after the last).
     val_every: int = param(10, positive_int)

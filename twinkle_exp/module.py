@@ -8,10 +8,11 @@ from typing import Any
 import lightning as L
 import torch
 
+from twinkle_exp import distributed
 from twinkle_exp import metric_names as M
 from twinkle_exp.advantages import group_advantages
 from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
-from twinkle_exp.evaluation import greedy_accuracy
+from twinkle_exp.evaluation import greedy_totals, validation_metrics
 from twinkle_exp.models.hf import set_update_mode
 from twinkle_exp.models.lora import is_lora, trainable_parameters, trainable_state_dict
 from twinkle_exp.old_logps import has_dropout, recompute_old_logps, should_recompute
@@ -19,12 +20,22 @@ from twinkle_exp.policy import Policy, sequence_logps
 from twinkle_exp.reference import Reference
 from twinkle_exp.rewards import RewardSet
 from twinkle_exp.rollout import RolloutBatch, generate
-from twinkle_exp.rollout_metrics import StageTimer, rollout_metrics
+from twinkle_exp.rollout_metrics import RolloutRows, StageTimer, rollout_metrics
+from twinkle_exp.sharding import gathered, is_sharded, shard_model
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking import log_metrics, log_samples
 from twinkle_exp.update_metrics import StepMetrics
 
 log = logging.getLogger(__name__)
+
+
+def _check_minibatches(num_minibatches: int, rows: int, ranks: int) -> None:
+    """Every rank splits its share of the rollout's `rows` into `num_minibatches` non-empty minibatches."""
+    if num_minibatches > rows // ranks:
+        raise ValueError(
+            f"optim.num_minibatches={num_minibatches} is more than the {rows // ranks} samples of a rollout "
+            f"on each of the {ranks} ranks (rollout.prompts_per_step x rollout.group_size / ranks)"
+        )
 
 
 class PolicyModule(L.LightningModule):
@@ -33,6 +44,10 @@ class PolicyModule(L.LightningModule):
     Batches are dicts of `prompts` and `answers` (lists of strings). Optimisation is manual: each batch is
     one rollout reused for `optim.mu` epochs of `optim.num_minibatches` optimizer steps each, so
     `trainer.global_step` counts optimizer steps.
+
+    Under data parallelism (DDP, FSDP2) each rank samples its own prompts' groups; advantages, the losses'
+    normalisers, the logged metrics and validation are the global batch's, so a step's result does not
+    depend on the number of ranks (README, "Scaling out").
     """
 
     def __init__(
@@ -55,12 +70,7 @@ class PolicyModule(L.LightningModule):
         self.task, self.rewards, self.seed = task, rewards, seed
         self.rollout_cfg, self.advantage_cfg = rollout, advantage
         self.optim_cfg, self.trainer_cfg = optim, trainer
-        rows = rollout.prompts_per_step * rollout.group_size
-        if optim.num_minibatches > rows:
-            raise ValueError(
-                f"optim.num_minibatches={optim.num_minibatches} is more than the {rows} samples of a rollout "
-                f"(rollout.prompts_per_step x rollout.group_size)"
-            )
+        _check_minibatches(optim.num_minibatches, rollout.prompts_per_step * rollout.group_size, ranks=1)
         # Kept in a list so Lightning neither registers it (no checkpoint, no DDP wrap) nor trains it.
         self._reference: list[Reference] = []
         self._load_reference = policy.load_reference
@@ -103,6 +113,19 @@ class PolicyModule(L.LightningModule):
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
         return [optimizer], [schedule]
 
+    def configure_model(self) -> None:
+        # Only ModelParallelStrategy (trainer=fsdp) sets a device mesh; Lightning may call this hook again.
+        if self.device_mesh is None or is_sharded(self.policy):
+            return
+        mesh = self.device_mesh["data_parallel"]
+        shard_model(self.policy, mesh)
+        if self.reference is not None and self.reference is not self.policy:  # LoRA: the policy itself
+            shard_model(self.reference, mesh)
+
+    def setup(self, stage: str) -> None:
+        rows = self.rollout_cfg.prompts_per_step * self.rollout_cfg.group_size
+        _check_minibatches(self.optim_cfg.num_minibatches, rows, self.trainer.world_size)
+
     def on_fit_start(self) -> None:
         self._started = True
         if self._reference:
@@ -126,15 +149,23 @@ class PolicyModule(L.LightningModule):
             rollout = self._rollout(batch["prompts"])
         prompts, answers = rollout.per_row(batch["prompts"]), rollout.per_row(batch["answers"])
         rewards, per_fn = self.rewards(prompts, rollout.completions, answers, rollout.truncated)
-        adv = group_advantages(rewards, rollout.group_size, self.advantage_cfg.scale, self.advantage_cfg.eps)
+        # Every rank computes the advantages of the global batch (its groups are whole, so only
+        # advantage=batch's std needs the others' rewards) and trains on its own rows.
+        everyone = RolloutRows(rewards, per_fn, rollout.completion_lengths, rollout.truncated).gathered()
+        adv = group_advantages(
+            everyone.rewards, rollout.group_size, self.advantage_cfg.scale, self.advantage_cfg.eps
+        )
+        mine = adv.advantages.tensor_split(distributed.world_size())[distributed.rank()]
         with timer(M.TIME_REFERENCE):
             ref_logps = self._reference_logps(rollout)
         with timer(M.TIME_UPDATE):
-            self._update(rollout, adv.advantages.to(self.device), ref_logps)
-        metrics = rollout_metrics(rollout, rewards, per_fn, adv, timer, epochs=self.optim_cfg.mu)
-        metrics |= self.rewards.last_metrics  # what the reward functions counted (math: parse failures)
+            self._update(rollout, mine.to(self.device), ref_logps)
+        seconds = distributed.max_over_ranks(timer.seconds)  # the slowest rank's
+        metrics = rollout_metrics(everyone, adv, seconds, epochs=self.optim_cfg.mu)
+        # What the reward functions counted (math: parse failures), over every rank's completions.
+        metrics |= distributed.sum_over_ranks(self.rewards.last_metrics)
         log_metrics(self.loggers, metrics | {M.ROLLOUT_INDEX: float(self.rollouts_done)}, self.global_step)
-        self.log("reward", rewards.mean(), prog_bar=True, logger=False)
+        self.log("reward", metrics[M.REWARD_MEAN], prog_bar=True, logger=False)
         self.rollouts_done += 1
         if self.global_step >= self.trainer.max_steps:
             self.log_validation()  # the final one, inside fit so the progress bar shows the summary's figure
@@ -150,17 +181,18 @@ class PolicyModule(L.LightningModule):
     def _rollout(self, prompts: list[str]) -> RolloutBatch:
         r = self.rollout_cfg
         self.policy.eval()
-        return generate(
-            self.policy,
-            self.tokenizer,
-            prompts,
-            group_size=r.group_size,
-            max_new_tokens=r.max_new_tokens,
-            temperature=r.temperature,
-            top_k=r.top_k,
-            top_p=r.top_p,
-            generator=self._sampler,
-        )
+        with gathered(self.policy):
+            return generate(
+                self.policy,
+                self.tokenizer,
+                prompts,
+                group_size=r.group_size,
+                max_new_tokens=r.max_new_tokens,
+                temperature=r.temperature,
+                top_k=r.top_k,
+                top_p=r.top_p,
+                generator=self._sampler,
+            )
 
     @torch.no_grad()
     def _reference_logps(self, b: RolloutBatch) -> torch.Tensor | None:
@@ -179,9 +211,11 @@ class PolicyModule(L.LightningModule):
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Lightning calls this after it unscales AMP (16-mixed) gradients, so the norm and the clipping see
-        # the true gradients under every precision.
+        # the true gradients under every precision. The gradients are already averaged over the ranks (DDP)
+        # or sharded (FSDP2, where the norm comes back as a replicated DTensor): the norm is the global one.
         max_norm = self.optim_cfg.max_grad_norm or float("inf")  # 0 or None: measure, do not clip
-        self._grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), max_norm)
+        norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), max_norm)
+        self._grad_norm = distributed.full_value(norm)
 
     def _update(self, b: RolloutBatch, advantages: torch.Tensor, ref_logps: torch.Tensor | None) -> None:
         """mu epochs of num_minibatches optimizer steps over shuffled rows, each logged at its own step.
@@ -217,11 +251,18 @@ class PolicyModule(L.LightningModule):
         ref_logps: torch.Tensor | None,
         sampler_gap: bool,
     ) -> dict[str, float]:
-        """One optimizer step on the rows `parts` (its micro-batches); returns the step's metrics."""
+        """One optimizer step on the rows `parts` (its micro-batches); returns the step's metrics.
+
+        The losses are normalised by the global step's totals, and DDP and FSDP2 average the ranks'
+        gradients, so each rank's loss is scaled by the number of ranks: the averaged gradient is then
+        the gradient of the global batch's loss, whatever the ranks' shares of sequences and tokens.
+        """
         optimizer = self.optimizers()
         mask = b.completion_mask
         rows = torch.cat(parts)
-        totals = {"num_sequences": len(rows), "num_tokens": int(mask[rows].sum())}
+        seqs, tokens = distributed.step_totals(len(rows), int(mask[rows].sum()), self.device)
+        totals = {"num_sequences": seqs, "num_tokens": tokens}
+        ranks = distributed.world_size()
         stats = StepMetrics()
         optimizer.zero_grad(set_to_none=True)
         for part in parts:
@@ -242,7 +283,7 @@ class PolicyModule(L.LightningModule):
                 ref_logps=None if ref_logps is None else ref_logps[part],
                 **totals,
             )
-            self.manual_backward(out.loss)
+            self.manual_backward(out.loss * ranks)
             gap = logps.detach() - b.old_logps[part] if sampler_gap else None
             stats.add_micro(out, mask[part], entropy, gap)
         lr = self._lr()
@@ -252,15 +293,20 @@ class PolicyModule(L.LightningModule):
 
     # --- validation --------------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
-        """Greedy decoding on the task's held-out set: exact-match accuracy and mean reward."""
-        return greedy_accuracy(
-            self.policy,
-            self.tokenizer,
-            self.task.validation_set(),
-            self.rewards,
-            max_new_tokens=self.rollout_cfg.max_new_tokens,
-            batch_size=self.trainer_cfg.val_batch_size,
-        )
+        """Greedy decoding on the task's held-out set: exact-match accuracy and mean reward.
+
+        Each rank decodes its share of the examples and the totals are summed, so every example counts once.
+        """
+        with gathered(self.policy):
+            totals = greedy_totals(
+                self.policy,
+                self.tokenizer,
+                distributed.shard(self.task.validation_set()),
+                self.rewards,
+                max_new_tokens=self.rollout_cfg.max_new_tokens,
+                batch_size=self.trainer_cfg.val_batch_size,
+            )
+        return validation_metrics(distributed.all_reduce(totals, "sum"))
 
     def log_validation(self) -> dict[str, float]:
         """Evaluate on the held-out set and log at the current optimizer step."""

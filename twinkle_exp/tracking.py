@@ -127,10 +127,14 @@ def log_samples(loggers: list[Any], columns: list[str], rows: list[list[Any]], s
 
 
 class RunStatus:
-    """`<output_dir>/run.json`: running / finished / failed, which the report reads."""
+    """`<output_dir>/run.json`: running / finished / failed, which the report reads.
 
-    def __init__(self, job: JobInfo, seed: int) -> None:
+    `write=False` (every rank but global rank 0) keeps the bookkeeping and writes nothing.
+    """
+
+    def __init__(self, job: JobInfo, seed: int, write: bool = True) -> None:
         self.path = job.output_dir / "run.json"
+        self.write = write
         self.started = time.time()
         self.data: dict[str, Any] = {
             "status": "running",
@@ -144,6 +148,8 @@ class RunStatus:
         self._write()
 
     def _write(self) -> None:
+        if not self.write:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.data, indent=2))

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from twinkle_exp import warmup_cache
+from twinkle_exp import distributed, warmup_cache
 from twinkle_exp.config import WarmupConfig
 from twinkle_exp.loss import IGNORE_INDEX, shift_logits_to_labels
 from twinkle_exp.models import encode_prompt
@@ -23,6 +23,7 @@ from twinkle_exp.policy import Policy
 from twinkle_exp.tasks import Example, Task
 
 log = logging.getLogger(__name__)
+RANK_WAIT_S = 6 * 3600  # how long the other ranks wait for rank 0's warm-start (a large model's is long)
 
 
 def supervised_batch(policy: Policy, examples: list[Example]) -> tuple[torch.Tensor, ...]:
@@ -68,9 +69,20 @@ def supervised_train(
     return float(loss.detach())
 
 
-def warm_start(policy: Policy, task: Task, cfg: WarmupConfig, key: str) -> dict[str, Any]:
-    """Load the cached warm-start for `key`, or train it and cache it. Returns what happened, for the logs."""
+def warm_start(
+    policy: Policy, task: Task, cfg: WarmupConfig, key: str, trains: bool = True
+) -> dict[str, Any]:
+    """Load the cached warm-start for `key`, or train it and cache it. Returns what happened, for the logs.
+
+    `trains=False` (every data-parallel rank but global rank 0) never trains: it waits for the cache.
+    """
     path = Path(os.path.expanduser(cfg.cache_dir)) / f"warmup-{key}.pt"
+    if not trains:
+        distributed.wait_for_file(path, RANK_WAIT_S, "the warm-start")
+        if not warmup_cache.load(path, policy.model):
+            raise RuntimeError(f"the warm-start cache {path} that global rank 0 wrote is unusable")
+        log.info("warm-start: reused %s", path)
+        return {"path": str(path), "cached": True}
     with warmup_cache.locked(path):
         if warmup_cache.load(path, policy.model):
             log.info("warm-start: reused %s", path)
