@@ -1,0 +1,74 @@
+"""Final hidden states and output head of a policy, so log-probs can skip the `[B, T, V]` logits.
+
+`hidden_states_and_head` answers only when `logits == head(hidden)` exactly: the built-in `TinyCausalLM`,
+and Hugging Face causal LMs of the architectures listed below (checked in their `forward`: `lm_head` of the
+base model's `last_hidden_state`, nothing after it). Anything else returns None and the caller takes the
+full logits: a head that is not a plain `nn.Linear` (LoRA on `lm_head`, peft's `modules_to_save` copy, a
+quantised layer), or a model that post-processes its logits (Gemma 2's soft-capping, Cohere's and Granite's
+logit scales).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from twinkle_exp.models.tiny_lm import TinyCausalLM
+
+# transformers `model_type`s whose causal LM returns `lm_head(self.model(...).last_hidden_state)` unchanged.
+PLAIN_HEAD_MODEL_TYPES = frozenset(
+    {
+        "deepseek_v3",
+        "gemma",
+        "glm",
+        "llama",
+        "mistral",
+        "mixtral",
+        "olmo",
+        "olmo2",
+        "phi",
+        "phi3",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "smollm3",
+        "starcoder2",
+    }
+)
+
+
+def unwrap_peft(model: nn.Module) -> nn.Module:
+    """A peft `PeftModel`'s underlying model: its LoRA layers are in place, so calling it still applies
+    them (and a `disable_adapter()` context still disables them)."""
+    get_base_model = getattr(model, "get_base_model", None)
+    return get_base_model() if callable(get_base_model) else model
+
+
+def output_head(model: nn.Module) -> nn.Linear | None:
+    """The model's output projection if it is a plain `nn.Linear` whose output is the logits, else None."""
+    model = unwrap_peft(model)
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if not (isinstance(model, TinyCausalLM) or model_type in PLAIN_HEAD_MODEL_TYPES):
+        return None
+    head = model.get_output_embeddings()
+    return head if type(head) is nn.Linear else None
+
+
+def hidden_states_and_head(
+    model: nn.Module,
+    input_ids: torch.Tensor,  # [B, T]
+    attention_mask: torch.Tensor,  # [B, T]
+    position_ids: torch.Tensor,  # [B, T]
+) -> tuple[torch.Tensor, nn.Linear] | None:  # final hidden states [B, T, H] and the head, or None
+    """Run the model without its head; None when its logits are not `head(hidden)` (see the module doc)."""
+    head = output_head(model)
+    if head is None:
+        return None
+    model = unwrap_peft(model)
+    if isinstance(model, TinyCausalLM):
+        return model.hidden_states(input_ids, attention_mask, position_ids), head
+    out = model.get_decoder()(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+    )
+    return out.last_hidden_state, head
