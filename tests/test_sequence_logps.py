@@ -133,6 +133,13 @@ def test_lora_on_the_head_takes_the_logits_path():
     assert_matches_logits_path(model, hidden_path=False)
 
 
+def test_prompt_tuning_takes_the_logits_path():
+    peft = pytest.importorskip("peft")
+    config = peft.PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=2)
+    model = peft.get_peft_model(tiny_hf("llama"), config)
+    assert output_head(model) is None
+
+
 def test_a_model_that_rescales_its_logits_takes_the_logits_path():
     transformers = pytest.importorskip("transformers")
     config = transformers.CohereConfig(

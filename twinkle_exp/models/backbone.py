@@ -4,8 +4,8 @@
 and Hugging Face causal LMs of the architectures listed below (checked in their `forward`: `lm_head` of the
 base model's `last_hidden_state`, nothing after it). Anything else returns None and the caller takes the
 full logits: a head that is not a plain `nn.Linear` (LoRA on `lm_head`, peft's `modules_to_save` copy, a
-quantised layer), or a model that post-processes its logits (Gemma 2's soft-capping, Cohere's and Granite's
-logit scales).
+quantised layer), a model that post-processes its logits (Gemma 2's soft-capping, Cohere's and Granite's
+logit scales), or peft's prompt learning (prompt or prefix tuning edit the inputs in `PeftModel.forward`).
 """
 
 from __future__ import annotations
@@ -45,8 +45,16 @@ def unwrap_peft(model: nn.Module) -> nn.Module:
     return get_base_model() if callable(get_base_model) else model
 
 
+def _prompt_learning(model: nn.Module) -> bool:
+    # peft's prompt and prefix tuning change the inputs in PeftModel.forward, which the base model skips.
+    config = getattr(model, "active_peft_config", None)
+    return bool(getattr(config, "is_prompt_learning", False))
+
+
 def output_head(model: nn.Module) -> nn.Linear | None:
     """The model's output projection if it is a plain `nn.Linear` whose output is the logits, else None."""
+    if _prompt_learning(model):
+        return None
     model = unwrap_peft(model)
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if not (isinstance(model, TinyCausalLM) or model_type in PLAIN_HEAD_MODEL_TYPES):
