@@ -43,10 +43,18 @@ def _matmul_into(bufs: Buffers, acc: torch.Tensor, a: torch.Tensor, b: torch.Ten
         acc += torch.mm(a, b, out=bufs.get("product", acc.shape[0], acc.shape[1], a.dtype))
 
 
-def _label_cells(labels: torch.Tensor, v0: int, v1: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rows, columns) of the tile of vocabulary columns `v0 .. v1` that hold a token's label."""
-    rows = ((labels >= v0) & (labels < v1)).nonzero().squeeze(-1)
-    return rows, labels[rows] - v0
+def _label_columns(labels: torch.Tensor, v0: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each token's label falls in the tile of columns `v0 .. v0 + width`: the column `[r, 1]`
+    (clamped into the tile) and whether it is really there `[r, 1]`. Gathers and scatters at the clamped
+    column, masked by the flag, need no host sync (a `nonzero` per tile would stall a GPU)."""
+    shifted = labels[:, None] - v0
+    inside = (shifted >= 0) & (shifted < width)
+    return shifted.clamp(0, width - 1), inside
+
+
+def _zero_at(x: torch.Tensor, column: torch.Tensor, inside: torch.Tensor) -> None:
+    """Set `x[i, column[i]] = 0` where `inside[i]`, leave the other rows as they are."""
+    x.scatter_(1, column, torch.where(inside, 0.0, x.gather(1, column)))
 
 
 class _OnlineSoftmax:
@@ -64,16 +72,16 @@ class _OnlineSoftmax:
 
     def add(self, bufs: Buffers, x: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, v0: int):
         """Fold in tile `x` `[r, v]` (overwritten) of columns `v0 .. v0 + v`; `weight` `[v, H]` their rows."""
-        rows, cols = _label_cells(labels, v0, v0 + x.shape[1])
-        self.picked[rows] = x[rows, cols]
+        column, inside = _label_columns(labels, v0, x.shape[1])
+        self.picked = torch.where(inside[:, 0], x.gather(1, column)[:, 0], self.picked)
         peak = torch.maximum(self.peak, x.amax(-1))
         scale = torch.exp(self.peak - peak)  # rescales the sums kept so far; 0 on the first tile
         u = x.sub_(peak[:, None])
         # the entropy needs u after the exp, so e gets a buffer of its own then
         e = u.exp_() if self.rest_xlogx is None else torch.exp(u, out=bufs.get("e", *u.shape, u.dtype))
-        e[rows, cols] = 0.0  # the label's term is added once, at the end
+        _zero_at(e, column, inside)  # the label's term is added once, at the end
         if self.rest_xlogx is not None:
-            u[rows, cols] = 0.0
+            _zero_at(u, column, inside)
             # the sum of e * u so far, re-expressed relative to the new peak
             shift = torch.where(self.rest > 0, (self.peak - peak) * self.rest, 0.0)
             self.rest_xlogx = scale * (self.rest_xlogx + shift) + torch.linalg.vecdot(e, u)
@@ -148,8 +156,8 @@ def backward_tiles(
             w = weight[cols]
             x = _tile_logits(bufs, h, w, None if bias is None else bias[cols], temperature, dtype)
             x.sub_(lse[tokens, None]).exp_().mul_(-scale)  # -softmax * scale
-            rows, label_cols = _label_cells(y, v0, v0 + w.shape[0])
-            x.index_put_((rows, label_cols), scale[rows, 0], accumulate=True)  # + onehot * scale
+            column, inside = _label_columns(y, v0, w.shape[0])
+            x.scatter_add_(1, column, torch.where(inside, scale, 0.0))  # + onehot * scale
             g = x if x.dtype == weight.dtype else bufs.get("g", *x.shape, weight.dtype).copy_(x)
             if need_w:
                 grad_w[cols].addmm_(g.t(), h)
