@@ -6,9 +6,16 @@ base model's `last_hidden_state`, nothing after it). Anything else returns None 
 full logits: a head that is not a plain `nn.Linear` (LoRA on `lm_head`, peft's `modules_to_save` copy, a
 quantised layer), a model that post-processes its logits (Gemma 2's soft-capping, Cohere's and Granite's
 logit scales), or peft's prompt learning (prompt or prefix tuning edit the inputs in `PeftModel.forward`).
+
+Under FSDP2 the model's own weights (embeddings, final norm, head) are gathered by the hooks of its
+`forward` only, which this path does not call: `call_as_forward` runs it as a registered forward method.
 """
 
 from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -80,3 +87,29 @@ def hidden_states_and_head(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
     )
     return out.last_hidden_state, head
+
+
+_FORWARD_METHOD = "twinkle_call_as_forward"
+
+
+def _call(self: nn.Module, fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(self, *args)
+
+
+def call_as_forward(model: nn.Module, fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(model, *args)`, run as a forward of `model`.
+
+    A model sharded with FSDP2 (`fully_shard`) keeps its own weights sharded outside `forward`; registered as
+    a forward method, `fn` runs between the pre- and post-forward hooks, which gather them and, in backward,
+    reduce their gradients, exactly as for `model(...)`. Anything else just calls `fn`.
+    """
+    try:
+        from torch.distributed.fsdp import FSDPModule, register_fsdp_forward_method
+    except ImportError:  # a torch build without distributed: nothing can be sharded
+        return fn(model, *args)
+    if not isinstance(model, FSDPModule):
+        return fn(model, *args)
+    if _FORWARD_METHOD not in vars(model):  # once per model
+        setattr(model, _FORWARD_METHOD, types.MethodType(_call, model))
+        register_fsdp_forward_method(model, _FORWARD_METHOD)
+    return getattr(model, _FORWARD_METHOD)(fn, *args)
