@@ -147,6 +147,7 @@ def sequence_logps(
 
 
 def _from_hidden_states(model, input_ids, attention_mask, position_ids, labels, temperature, with_entropy):
+    """`sequence_logps` for a model with a plain head; the four tensors are `[B, T]`."""
     hidden, head = hidden_states_and_head(model, input_ids, attention_mask, position_ids)
     return shift_hidden_to_labels(
         hidden, head.weight, labels, bias=head.bias, temperature=temperature, with_entropy=with_entropy

@@ -44,16 +44,19 @@ def _matmul_into(bufs: Buffers, acc: torch.Tensor, a: torch.Tensor, b: torch.Ten
 
 
 def _label_columns(labels: torch.Tensor, v0: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Where each token's label falls in the tile of columns `v0 .. v0 + width`: the column `[r, 1]`
-    (clamped into the tile) and whether it is really there `[r, 1]`. Gathers and scatters at the clamped
-    column, masked by the flag, need no host sync (a `nonzero` per tile would stall a GPU)."""
+    """Where each token's label (`labels` `[r]`) falls in the tile of columns `v0 .. v0 + width`: the
+    column `[r, 1]` (clamped into the tile) and whether it is really there `[r, 1]`. Gathers and scatters at
+    the clamped column, masked by the flag, need no host sync (a `nonzero` per tile would stall a GPU)."""
     shifted = labels[:, None] - v0
     inside = (shifted >= 0) & (shifted < width)
     return shifted.clamp(0, width - 1), inside
 
 
 def _zero_at(x: torch.Tensor, column: torch.Tensor, inside: torch.Tensor) -> None:
-    """Set `x[i, column[i]] = 0` where `inside[i]`, leave the other rows as they are."""
+    """Set `x[i, column[i]] = 0` where `inside[i]`, leave the other rows as they are.
+
+    `x` `[r, v]`, `column` `[r, 1]` long, `inside` `[r, 1]` bool (from `_label_columns`).
+    """
     x.scatter_(1, column, torch.where(inside, 0.0, x.gather(1, column)))
 
 
