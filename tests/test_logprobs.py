@@ -74,3 +74,12 @@ def test_rejects_mismatched_shapes_and_temperature():
         selective_log_softmax(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="temperature"):
         selective_log_softmax(torch.zeros(2, 3, 4), torch.zeros(2, 3, dtype=torch.long), temperature=0)
+
+
+@pytest.mark.parametrize("chunk", [None, 2, 5])
+def test_entropy_matches_naive_with_temperature(chunk):
+    logits = torch.randn(3, 5, 11, generator=torch.Generator().manual_seed(2)) * 3
+    logp = torch.log_softmax(logits.double() / 0.7, dim=-1)
+    expected = -(logp.exp() * logp).sum(-1)
+    out = token_entropy(logits, temperature=0.7, chunk_tokens=chunk)
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)

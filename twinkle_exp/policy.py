@@ -11,8 +11,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from twinkle_exp.loss import shift_logits_to_labels, token_entropy
+from twinkle_exp.loss import IGNORE_INDEX, shift_hidden_to_labels, shift_logits_to_labels, token_entropy
 from twinkle_exp.models import CharTokenizer, TinyCausalLM, Tokenizer, load_hf_causal_lm, load_hf_model
+from twinkle_exp.models.backbone import call_as_forward, hidden_states_and_head, output_head
 from twinkle_exp.models.chat import with_chat_template
 from twinkle_exp.models.hf import enable_gradient_checkpointing
 from twinkle_exp.models.lora import LoraSettings, apply_lora
@@ -123,14 +124,31 @@ def sequence_logps(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of `labels` (aligned with them) and, optionally, the policy's entropy at those positions.
 
+    Computed from the final hidden states and the output head (`hidden_log_probs`), so the `[B, T, V]`
+    logits never exist; models whose logits are not `head(hidden)` (see `models/backbone.py`) take the
+    logits path instead, with the same results.
+
     Args:
         input_ids, attention_mask, position_ids, labels: `[B, T]`, as a `RolloutBatch` holds them.
     Returns:
-        logps `[B, T]` float32 with grad, 0 off the labels; entropy `[B, T]` (no grad) or None.
+        logps `[B, T]` float32 with grad, 0 off the labels; entropy `[B, T]` (no grad, 0 off the labels)
+        or None.
     """
+    if output_head(model) is not None:
+        args = (input_ids, attention_mask, position_ids, labels, temperature, with_entropy)
+        return call_as_forward(model, _from_hidden_states, *args)
     logits = model(input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
     logps = shift_logits_to_labels(logits, labels, temperature=temperature)
     entropy = None
     if with_entropy:
         entropy = torch.nn.functional.pad(token_entropy(logits[:, :-1], temperature=temperature), (1, 0))
+        entropy = entropy.masked_fill(labels == IGNORE_INDEX, 0.0)
     return logps, entropy
+
+
+def _from_hidden_states(model, input_ids, attention_mask, position_ids, labels, temperature, with_entropy):
+    """`sequence_logps` for a model with a plain head; the four tensors are `[B, T]`."""
+    hidden, head = hidden_states_and_head(model, input_ids, attention_mask, position_ids)
+    return shift_hidden_to_labels(
+        hidden, head.weight, labels, bias=head.bias, temperature=temperature, with_entropy=with_entropy
+    )

@@ -16,7 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from twinkle_exp.kv_cache import distinct_rows, select_cache_rows
 from twinkle_exp.loss import IGNORE_INDEX, completion_mask
+from twinkle_exp.models.backbone import unwrap_peft
 from twinkle_exp.models.tokenizer import Tokenizer, encode_prompt
 
 
@@ -62,8 +64,11 @@ def forward_with_cache(
     position_ids: torch.Tensor,  # [N, T]
     cache: Any,
     cache_name: str = "past_key_values",
+    last_logits_only: bool = False,
 ) -> tuple[torch.Tensor, Any]:  # logits of the last position [N, V], the extended cache
     kwargs = {} if cache is None else {cache_name: cache}
+    if last_logits_only:  # a prompt's [N, P, V] logits can be gigabytes, and only the last row is used
+        kwargs["logits_to_keep"] = 1
     out = model(input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, **kwargs)
     new_cache = getattr(out, "cache", None)
     return out.logits[:, -1], out.past_key_values if new_cache is None else new_cache
@@ -113,6 +118,22 @@ def left_pad(
     return ids.to(device), mask.to(device)
 
 
+def _prefill_distinct(
+    model: nn.Module, rows: list[list[int]], pad_id: int, device: torch.device, cache_name: str
+) -> tuple[torch.Tensor, Any]:  # last-position logits [N, V] and the cache, as if every row were prefilled
+    distinct, source = distinct_rows(rows)
+    # left_pad pads to the longest prompt, which is the same for the distinct ones: the cache lines up
+    # with the rows' [N, P] mask.
+    ids, mask = left_pad(distinct, pad_id, device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    last_only = "logits_to_keep" in inspect.signature(unwrap_peft(model).forward).parameters
+    logits, cache = forward_with_cache(model, ids, mask, positions, None, cache_name, last_only)
+    if source == list(range(len(distinct))):  # every row its own prompt (greedy validation): nothing to copy
+        return logits, cache
+    index = torch.tensor(source, device=device)
+    return logits.index_select(0, index), select_cache_rows(cache, index)
+
+
 @torch.no_grad()
 def generate(
     model: nn.Module,
@@ -126,13 +147,16 @@ def generate(
     top_p: float = 1.0,
     greedy: bool = False,
     generator: torch.Generator | None = None,
+    shared_prefill: bool = True,
 ) -> RolloutBatch:
     """Sample ``group_size`` completions for every prompt (or decode greedily) with a KV cache.
 
     old_logps are taken from the tempered, unfiltered distribution: that is the policy the loss
     re-evaluates, and top-k/top-p only decide which token is drawn. Greedy decoding records
     temperature-1 log-probs. The model's train/eval mode is left as the caller set it. ``generator``
-    must live on the model's device (torch.multinomial draws there).
+    must live on the model's device (torch.multinomial draws there). ``shared_prefill`` runs each
+    distinct prompt through the model once and copies its KV cache to its samples (see ``kv_cache``);
+    False prefills every row, as before (kept to measure the difference).
     """
     _validate(group_size, max_new_tokens, temperature, top_k, top_p)
     if not prompts:
@@ -141,7 +165,7 @@ def generate(
     encoded = [encode_prompt(tokenizer, p) for p in prompts]
     if any(len(e) == 0 for e in encoded):
         raise ValueError("a prompt encodes to no tokens and the tokenizer has no BOS to start from")
-    encoded = [e for e in encoded for _ in range(group_size)]
+    encoded = [e for e in encoded for _ in range(group_size)]  # one per row
     prompt_index = torch.arange(len(prompts), device=device).repeat_interleave(group_size)
     pad_id, eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
     temp = 1.0 if greedy else temperature
@@ -151,7 +175,10 @@ def generate(
     prompt_pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # 0 on the left padding too
     next_pos = prompt_mask.sum(-1)  # [N] position of the next token
     cache_name = cache_argument_name(model)
-    logits, past = forward_with_cache(model, prompt_ids, prompt_mask, prompt_pos, None, cache_name)
+    if shared_prefill:
+        logits, past = _prefill_distinct(model, encoded, pad_id, device, cache_name)
+    else:
+        logits, past = forward_with_cache(model, prompt_ids, prompt_mask, prompt_pos, None, cache_name)
     mask = prompt_mask
 
     alive = torch.ones(n, dtype=torch.bool, device=device)

@@ -1,90 +1,139 @@
-"""Peak memory and time of per-token log-probs, naive `log_softmax + gather` against `selective_log_softmax`.
+"""Peak memory and time of per-token log-probs, forward + backward, at a real model's head geometry.
 
-    python -m twinkle_exp.benchmarks.logprobs --tokens 4096 --vocab 32000 --dtype bfloat16
+    python -m twinkle_exp.benchmarks.logprobs            # Qwen2.5-0.5B's head: 4096 tokens, 896 -> 151,936
 
-Each method runs forward + backward in its own subprocess, so the peak resident memory it reports belongs to
-that method alone (on CUDA, the allocator's peak instead).
+Three methods, from the final hidden states `[N, H]` and the head `[V, H]`:
+- `hidden`: `hidden_log_probs`, tiles of logits, never the full `[N, V]`;
+- `naive`: `lm_head`, then `log_softmax(logits.float())` and `gather`;
+- `selective`: `lm_head`, then `selective_log_softmax` (chunked, on the full logits).
+
+Each (dtype, method, repeat) runs in its own subprocess, so its peak memory is its own (see `harness.py`);
+repeats are interleaved across methods so that a change of machine load hits all of them alike. The table
+gives medians, and each case's extra peak memory and time relative to `naive`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
-import subprocess
-import sys
 import time
 
 import torch
 
-from twinkle_exp.loss.logprobs import selective_log_softmax
+from twinkle_exp.benchmarks.harness import (
+    PeakMemory,
+    load_average,
+    measure_in_child,
+    median,
+    print_child_result,
+)
+from twinkle_exp.loss import hidden_log_probs, selective_log_softmax
+
+METHODS = ("hidden", "naive", "selective")
 
 
-def _naive(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return torch.log_softmax(logits.float(), dim=-1).gather(-1, labels[:, None]).squeeze(-1)
+def log_probs(method: str, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """hidden [N, H], weight [V, H], labels [N] -> logps [N] float32, by `method`."""
+    if method == "hidden":
+        return hidden_log_probs(hidden, weight, labels)[0]
+    logits = torch.nn.functional.linear(hidden, weight)  # [N, V], what lm_head returns
+    if method == "naive":
+        return torch.log_softmax(logits.float(), dim=-1).gather(-1, labels[:, None]).squeeze(-1)
+    return selective_log_softmax(logits, labels)
 
 
-def _peak_mib(device: str) -> float:
-    if device == "cuda":
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
-
-
-def measure(method: str, tokens: int, vocab: int, dtype: str, device: str) -> dict:
-    """Run one method once; return its extra peak memory (MiB) over the inputs and its wall time."""
+def run_case(spec: dict) -> dict:
+    """In the child: build the inputs, warm up on a few tokens, then time one forward + backward."""
+    torch.set_num_threads(spec["threads"])
+    device, dtype = spec["device"], getattr(torch, spec["dtype"])
     gen = torch.Generator(device=device).manual_seed(0)
-    logits = (
-        torch.randn(tokens, vocab, generator=gen, device=device)
-        .to(getattr(torch, dtype))
-        .requires_grad_(True)
-    )
-    labels = torch.randint(0, vocab, (tokens,), generator=gen, device=device)
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    before = _peak_mib(device) if device == "cuda" else _current_rss_mib()
-    start = time.perf_counter()
-    logps = _naive(logits, labels) if method == "naive" else selective_log_softmax(logits, labels)
-    logps.sum().backward()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
-    return {"method": method, "extra_peak_mib": _peak_mib(device) - before, "seconds": seconds}
+    n, h, v = spec["tokens"], spec["hidden"], spec["vocab"]
+    hidden = torch.randn(n, h, generator=gen, device=device).to(dtype).requires_grad_(True)
+    # std 0.02: logits of std ~0.6, as a trained head's; the head trains unless the case says frozen
+    weight = (torch.randn(v, h, generator=gen, device=device) * 0.02).to(dtype)
+    weight.requires_grad_(spec["head"] == "trained")
+    labels = torch.randint(0, v, (n,), generator=gen, device=device)
+    upstream = torch.randn(n, generator=gen, device=device)  # d loss / d logp, as a loss would give
 
-
-def _current_rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+    log_probs(spec["method"], hidden[:16], weight, labels[:16]).sum().backward()  # one-time set-up costs
+    hidden.grad = weight.grad = None
+    with PeakMemory(device) as memory:
+        wall, cpu = time.perf_counter(), time.process_time()
+        (log_probs(spec["method"], hidden, weight, labels) * upstream).sum().backward()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {"wall_s": wall, "cpu_s": cpu, "extra_peak_mib": memory.extra_mib}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tokens", type=int, default=4096)
-    parser.add_argument("--vocab", type=int, default=32000)
-    parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--tokens", type=int, default=4096, help="completion tokens N")
+    parser.add_argument("--hidden", type=int, default=896, help="hidden size H")
+    parser.add_argument("--vocab", type=int, default=151936, help="vocabulary size V")
+    parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--head", default="trained", choices=["trained", "frozen"], help="frozen: as LoRA")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(args.child, args.tokens, args.vocab, args.dtype, args.device)))
+        print_child_result(run_case(json.loads(args.child)))
         return
-    input_mib = args.tokens * args.vocab * torch.finfo(getattr(torch, args.dtype)).bits / 8 / 2**20
-    print(f"logits [{args.tokens}, {args.vocab}] {args.dtype} on {args.device}: {input_mib:.0f} MiB")
-    print(f"{'method':<12}{'extra peak MiB':>16}{'seconds':>10}")
-    for method in ("naive", "selective"):
-        cmd = [sys.executable, "-m", "twinkle_exp.benchmarks.logprobs", "--child", method]
-        cmd += [
-            "--tokens",
-            str(args.tokens),
-            "--vocab",
-            str(args.vocab),
-            "--dtype",
-            args.dtype,
-            "--device",
-            args.device,
-        ]
-        result = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
-        print(f"{method:<12}{result['extra_peak_mib']:>16.0f}{result['seconds']:>10.2f}")
+
+    print(
+        f"log-probs forward + backward: {args.tokens} tokens, hidden {args.hidden}, vocabulary {args.vocab}, "
+        f"head {args.head}, {args.device}, {args.threads} thread(s), median of {args.repeats}"
+    )
+    print(f"before: {load_average()}", flush=True)
+    runs: dict[tuple[str, str], list] = {}
+    for repeat in range(args.repeats):
+        for dtype in args.dtypes:
+            for method in args.methods:
+                spec = dict(vars(args), dtype=dtype, method=method)
+                del spec["dtypes"], spec["methods"], spec["repeats"], spec["child"]
+                m = measure_in_child("twinkle_exp.benchmarks.logprobs", spec)
+                runs.setdefault((dtype, method), []).append(m)
+                print(
+                    f"  repeat {repeat} {dtype:<9} {method:<10} {m.result['extra_peak_mib']:8.0f} MiB "
+                    f"{m.result['wall_s']:7.2f} s wall {m.result['cpu_s']:7.2f} s cpu | others used "
+                    f"{m.others_cores:.2f} cores, load {m.load_before[0]:.2f} -> {m.load_after[0]:.2f}"
+                    f"{'  BUSY' if m.busy else ''}",
+                    flush=True,
+                )
+    print(f"after: {load_average()}")
+    print_table(runs, args.dtypes, args.methods)
+
+
+def print_table(runs: dict, dtypes: list[str], methods: list[str]) -> None:
+    """Medians per (dtype, method), and ratios to naive's medians of the same dtype."""
+    print(
+        f"{'dtype':<10}{'method':<11}{'extra peak MiB':>15}{'vs naive':>9}{'wall s':>9}{'vs naive':>9}",
+        end="",
+    )
+    print(f"{'cpu s':>8}{'vs naive':>9}  busy runs")
+    for dtype in dtypes:
+        med = {
+            m: {
+                k: median([r.result[k] for r in runs[dtype, m]])
+                for k in ("extra_peak_mib", "wall_s", "cpu_s")
+            }
+            for m in methods
+        }
+        base = med.get("naive")
+        for m in methods:
+            row = med[m]
+            busy = sum(r.busy for r in runs[dtype, m])
+            mem_ratio = f"{100 * row['extra_peak_mib'] / base['extra_peak_mib']:.0f}%" if base else "-"
+            wall_ratio = f"{row['wall_s'] / base['wall_s']:.2f}x" if base else "-"
+            cpu_ratio = f"{row['cpu_s'] / base['cpu_s']:.2f}x" if base else "-"
+            print(
+                f"{dtype:<10}{m:<11}{row['extra_peak_mib']:>15.0f}{mem_ratio:>9}{row['wall_s']:>9.2f}"
+                f"{wall_ratio:>9}{row['cpu_s']:>8.2f}{cpu_ratio:>9}  {busy}/{len(runs[dtype, m])}"
+                f"{'  BUSY MACHINE' if busy else ''}"
+            )
 
 
 if __name__ == "__main__":

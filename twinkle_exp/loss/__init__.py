@@ -3,6 +3,7 @@
 from twinkle_exp.loss import metric_keys
 from twinkle_exp.loss.batch import completion_mask
 from twinkle_exp.loss.core import OBJECTIVES, LossOutput, LossSpec, compute_loss
+from twinkle_exp.loss.hidden_logprobs import hidden_log_probs, shift_hidden_to_labels
 from twinkle_exp.loss.kl import KL_ESTIMATORS, kl_penalty
 from twinkle_exp.loss.logprobs import (
     IGNORE_INDEX,
@@ -41,11 +42,13 @@ __all__ = [
     "completion_mask",
     "compute_loss",
     "get_loss_class",
+    "hidden_log_probs",
     "kl_penalty",
     "metric_keys",
     "param",
     "register_loss",
     "selective_log_softmax",
+    "shift_hidden_to_labels",
     "shift_logits_to_labels",
     "token_entropy",
 ]

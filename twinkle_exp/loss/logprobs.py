@@ -2,36 +2,52 @@
 
 `log_softmax(logits.float())` followed by `gather` materialises a `[B, T, V]` float32 tensor, and autograd
 keeps it alive until backward: for a 150k vocabulary that dominates the memory of an RL step. Here the
-log-prob of the chosen token is `logit[label] - logsumexp(logits)`, computed in chunks of rows, and backward
-rebuilds the softmax one chunk at a time, so the only full-size tensor is the gradient itself, in the
-logits' own dtype.
+log-prob of the chosen token is `logit[label] - logsumexp(logits)`, computed in chunks of rows in one reused
+float32 buffer, and backward rebuilds the softmax one chunk at a time, so the only full-size tensor is the
+gradient itself, in the logits' own dtype. When the logits need not exist at all, `hidden_log_probs` starts
+from the hidden states instead.
 """
 
 from __future__ import annotations
 
 import torch
 
+from twinkle_exp.loss.chunked_softmax import CHUNK_ELEMENTS, Buffers, compute_dtype, exp_shifted_
+
 IGNORE_INDEX = -100
-DEFAULT_CHUNK_TOKENS = 1024
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    # float64 stays float64 so gradcheck can test the function; everything else is computed in float32.
-    return torch.float64 if dtype == torch.float64 else torch.float32
+def _rows_per_chunk(chunk_tokens: int | None, vocab: int) -> int:
+    if chunk_tokens is None:
+        return max(1, CHUNK_ELEMENTS // vocab)
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+    return int(chunk_tokens)
+
+
+def _load(bufs: Buffers, logits, rows: slice, temperature: float, dtype, into=None) -> torch.Tensor:
+    """The chunk `logits[rows]` `[c, V]` divided by the temperature, in `into` or the reused buffer."""
+    chunk = logits[rows]
+    x = bufs.get("x", chunk.shape[0], chunk.shape[1], dtype) if into is None else into
+    x.copy_(chunk)
+    return x.div_(temperature) if temperature != 1.0 else x
 
 
 class _SelectiveLogSoftmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, temperature: float, chunk: int):
         # logits [N, V], labels [N] (valid indices only) -> logps [N] in the compute dtype
-        dtype = _compute_dtype(logits.dtype)
+        dtype = compute_dtype(logits.dtype)
         out = torch.empty(logits.shape[0], dtype=dtype, device=logits.device)
         lse = torch.empty_like(out)
+        bufs = Buffers(min(chunk, logits.shape[0]) * logits.shape[1], logits.device)
         for start in range(0, logits.shape[0], chunk):
             rows = slice(start, start + chunk)
-            x = logits[rows].to(dtype) / temperature
-            lse[rows] = torch.logsumexp(x, dim=-1)
-            out[rows] = x.gather(-1, labels[rows, None]).squeeze(-1) - lse[rows]
+            x = _load(bufs, logits, rows, temperature, dtype)
+            picked = x.gather(-1, labels[rows, None]).squeeze(-1)
+            peak, total = exp_shifted_(x)
+            lse[rows] = peak + total.log()
+            out[rows] = picked - lse[rows]
         ctx.save_for_backward(logits, labels, lse)
         ctx.temperature = temperature
         ctx.chunk = chunk
@@ -42,14 +58,17 @@ class _SelectiveLogSoftmax(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor):
         logits, labels, lse = ctx.saved_tensors
         grad = torch.empty_like(logits)
+        bufs = Buffers(min(ctx.chunk, logits.shape[0]) * logits.shape[1], logits.device)
         for start in range(0, logits.shape[0], ctx.chunk):
             rows = slice(start, start + ctx.chunk)
-            x = logits[rows].to(lse.dtype) / ctx.temperature
-            g = grad_out[rows, None].to(lse.dtype)
+            # float32 logits: compute straight in the gradient's rows, with no copy at the end
+            into = grad[rows] if grad.dtype == lse.dtype else None
+            x = _load(bufs, logits, rows, ctx.temperature, lse.dtype, into)
+            g = (grad_out[rows].to(lse.dtype) / ctx.temperature)[:, None]
             # d/dx (x[label] - logsumexp(x)) = onehot(label) - softmax(x), then the 1/temperature chain factor
-            chunk_grad = -torch.exp(x - lse[rows, None]) * g
-            chunk_grad.scatter_add_(-1, labels[rows, None], g)
-            grad[rows] = (chunk_grad / ctx.temperature).to(logits.dtype)
+            x.sub_(lse[rows, None]).exp_().mul_(-g).scatter_add_(-1, labels[rows, None], g)
+            if into is None:
+                grad[rows] = x
         return grad, None, None, None
 
 
@@ -58,7 +77,7 @@ def selective_log_softmax(
     labels: torch.Tensor,
     *,
     temperature: float = 1.0,
-    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    chunk_tokens: int | None = None,
 ) -> torch.Tensor:
     """Log-prob of `labels` under `softmax(logits / temperature)`, position by position.
 
@@ -66,7 +85,8 @@ def selective_log_softmax(
         logits: `[..., V]` scores, any float dtype.
         labels: `[...]` token ids; `IGNORE_INDEX` (-100) positions get log-prob 0.
         temperature: divides the logits, as the sampler did.
-        chunk_tokens: rows processed at once; bounds the float32 working memory to `chunk_tokens x V`.
+        chunk_tokens: rows processed at once (default: 2**23 / V, a 32 MiB float32 chunk); bounds the
+            working memory to `chunk_tokens x V` float32 elements.
 
     Returns:
         `[...]` log-probs in float32 (float64 for float64 logits), differentiable w.r.t. `logits`.
@@ -80,7 +100,8 @@ def selective_log_softmax(
     valid = labels != IGNORE_INDEX
     flat_logits = logits.reshape(-1, logits.shape[-1])
     flat_labels = torch.where(valid, labels, 0).reshape(-1)
-    logps = _SelectiveLogSoftmax.apply(flat_logits, flat_labels, float(temperature), int(chunk_tokens))
+    chunk = _rows_per_chunk(chunk_tokens, logits.shape[-1])
+    logps = _SelectiveLogSoftmax.apply(flat_logits, flat_labels, float(temperature), chunk)
     return logps.reshape(labels.shape).masked_fill(~valid, 0.0)
 
 
@@ -98,13 +119,19 @@ def shift_logits_to_labels(logits: torch.Tensor, labels: torch.Tensor, **kwargs)
 
 @torch.no_grad()
 def token_entropy(
-    logits: torch.Tensor, *, temperature: float = 1.0, chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    logits: torch.Tensor, *, temperature: float = 1.0, chunk_tokens: int | None = None
 ) -> torch.Tensor:
     """Entropy of `softmax(logits / temperature)` per position, `[..., V]` -> `[...]` float32, no grad."""
     flat = logits.reshape(-1, logits.shape[-1])
+    chunk = _rows_per_chunk(chunk_tokens, flat.shape[1])
     out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
-    for start in range(0, flat.shape[0], chunk_tokens):
-        x = flat[start : start + chunk_tokens].float() / temperature
-        logp = torch.log_softmax(x, dim=-1)
-        out[start : start + chunk_tokens] = -(logp.exp() * logp).sum(-1)
+    bufs = Buffers(min(chunk, flat.shape[0]) * flat.shape[1], logits.device)
+    for start in range(0, flat.shape[0], chunk):
+        rows = slice(start, start + chunk)
+        u = _load(bufs, flat, rows, temperature, torch.float32)
+        u.sub_(u.amax(-1, keepdim=True))
+        e = torch.exp(u, out=bufs.get("e", *u.shape, u.dtype))
+        total = e.sum(-1)
+        # H = -sum p log p with p = e / total and log p = u - log(total)
+        out[rows] = total.log() - torch.linalg.vecdot(e, u) / total
     return out.reshape(logits.shape[:-1])

@@ -137,6 +137,19 @@ class TinyCausalLM(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())  # tied weights are counted once
 
+    def get_output_embeddings(self) -> nn.Linear:
+        """The output head (Hugging Face's name for it); its weight is the token embedding (tied)."""
+        return self.lm_head
+
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,  # [B, T]
+        attention_mask: torch.Tensor | None = None,  # [B, T] 1 = real token, 0 = padding
+        position_ids: torch.Tensor | None = None,  # [B, T]
+    ) -> torch.Tensor:  # [B, T, D] after the final norm: `lm_head` of it gives `forward`'s logits
+        """The final hidden states without the head, so log-probs can be taken without `[B, T, V]` logits."""
+        return self._trunk(input_ids, attention_mask, position_ids, None)[0]
+
     def forward(
         self,
         input_ids: torch.Tensor,  # [B, T]
@@ -145,6 +158,16 @@ class TinyCausalLM(nn.Module):
         past_key_values: KVCache | None = None,
         use_cache: bool = False,
     ) -> TinyLMOutput:
+        x, cache = self._trunk(input_ids, attention_mask, position_ids, past_key_values)
+        return TinyLMOutput(logits=self.lm_head(x), past_key_values=cache if use_cache else None)
+
+    def _trunk(
+        self,
+        input_ids: torch.Tensor,  # [B, T]
+        attention_mask: torch.Tensor | None,  # [B, Tpast + T]
+        position_ids: torch.Tensor | None,  # [B, T]
+        past_key_values: KVCache | None,
+    ) -> tuple[torch.Tensor, KVCache]:  # final-normed hidden states [B, T, D], the extended cache
         b, t = input_ids.shape
         t_past = 0 if past_key_values is None else past_key_values[0][0].shape[2]
         total = t_past + t
@@ -167,5 +190,4 @@ class TinyCausalLM(nn.Module):
         for i, block in enumerate(self.blocks):
             x, kv = block(x, allowed, None if past_key_values is None else past_key_values[i])
             new_cache.append(kv)
-        logits = self.lm_head(self.norm(x))
-        return TinyLMOutput(logits=logits, past_key_values=tuple(new_cache) if use_cache else None)
+        return self.norm(x), tuple(new_cache)
