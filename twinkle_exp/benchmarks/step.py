@@ -1,0 +1,166 @@
+"""Seconds per rollout of the RL step, split as the trainer logs it: rollout, reference pass, update.
+
+    python -m twinkle_exp.benchmarks.step [--rollouts 12] [--repeats 3] [--against PATH]
+
+The setting: 2-digit addition, 8 prompts x 8 samples, 4 new tokens, beta 0.04, mu 2, one minibatch, on the
+built-in policy (default size) and on a small random Qwen2 (hidden 128, 4 layers, character vocabulary;
+needs `transformers`). Each repeat of a case is its own process: a Lightning fit of `--rollouts` rollouts
+whose first 2 are dropped as warm-up; a figure is the median over the kept rollouts of every repeat of
+`time/{rollout,reference,update}_s` from its metrics.csv. `--against PATH` runs the same cases on another
+checkout's code (e.g. `git worktree add /tmp/before <commit>`), side by side in the same invocation. The
+machine's load average is printed before and after; on a busy machine the figures are marked as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CASES = ("tiny", "hf")
+STAGES = ("time/rollout_s", "time/reference_s", "time/update_s")
+WARMUP_ROLLOUTS = 2
+
+
+def _policy(case: str):
+    from twinkle_exp.models import CharTokenizer
+    from twinkle_exp.policy import Policy, tiny_policy
+
+    if case == "tiny":
+        return tiny_policy()
+    import transformers
+
+    tokenizer = CharTokenizer()
+    config = transformers.Qwen2Config(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    return Policy(transformers.Qwen2ForCausalLM(config).eval(), tokenizer)
+
+
+def _worker(case: str, rollouts: int, out_dir: str) -> None:
+    """One fit of `rollouts` rollouts; metrics.csv lands in `out_dir`."""
+    import lightning as L
+    import torch
+    from lightning.pytorch.loggers import CSVLogger
+    from torch.utils.data import DataLoader
+
+    from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
+    from twinkle_exp.data import PromptStream
+    from twinkle_exp.loss import GRPOLoss
+    from twinkle_exp.module import PolicyModule
+    from twinkle_exp.rewards import RewardFunction, RewardSet, exact_match
+    from twinkle_exp.tasks import AdditionTask
+
+    torch.manual_seed(0)
+    policy = _policy(case)
+    optim = OptimConfig(lr=1e-5, mu=2, num_minibatches=1)
+    module = PolicyModule(
+        policy,
+        AdditionTask(min_digits=2, max_digits=2, num_validation=16),
+        RewardSet([RewardFunction("exact", exact_match)]),
+        GRPOLoss(beta=0.04),
+        rollout=RolloutConfig(prompts_per_step=8, group_size=8, max_new_tokens=4),
+        advantage=AdvantageConfig(),
+        optim=optim,
+        trainer=TrainerConfig(val_every=10_000, samples_every=10_000),
+    )
+    trainer = L.Trainer(
+        max_steps=rollouts * optim.mu * optim.num_minibatches,
+        accelerator="cpu",
+        logger=CSVLogger(out_dir, name="", version=""),
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        default_root_dir=out_dir,
+    )
+    trainer.fit(module, DataLoader(PromptStream(module.task, 8, seed=0), batch_size=None))
+    for logger in trainer.loggers:
+        logger.save()
+    params = sum(p.numel() for p in policy.model.parameters())
+    Path(out_dir, "params.json").write_text(json.dumps({"params": params}))
+
+
+def _run_case(case: str, rollouts: int, tree: str | None) -> tuple[dict[str, list[float]], int]:
+    with tempfile.TemporaryDirectory() as out:
+        env = dict(os.environ)
+        if tree:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
+        # Run this file, not the module: the other checkout need not have it.
+        cmd = [sys.executable, __file__, "--worker", case, "--rollouts", str(rollouts), "--out", out]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"{case} ({tree or 'this checkout'}) failed:\n{proc.stderr[-3000:]}")
+        with open(Path(out, "metrics.csv")) as f:
+            rows = [r for r in csv.DictReader(f) if r.get(STAGES[0])][WARMUP_ROLLOUTS:]
+        params = json.loads(Path(out, "params.json").read_text())["params"]
+    return {stage: [float(r[stage]) for r in rows] for stage in STAGES}, params
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rollouts", type=int, default=12)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--against", default=None, help="another checkout's root, measured side by side")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        _worker(args.worker, args.rollouts, args.out)
+        return
+
+    cpus = os.cpu_count() or 1
+    load_before = os.getloadavg()
+    print(
+        f"load average before: {load_before[0]:.2f} ({cpus} CPUs); torch threads: OMP_NUM_THREADS="
+        f"{os.environ.get('OMP_NUM_THREADS', 'unset')}"
+    )
+    trees = [("this checkout", None)] + ([(f"against {args.against}", args.against)] if args.against else [])
+    print(
+        f"{'case':<6} {'code':<28} {'params':>8} {'rollout s':>10} {'reference s':>12} {'update s':>9} {'total s':>8}"
+    )
+    for case in args.cases.split(","):
+        for label, tree in trees:
+            pooled: dict[str, list[float]] = {stage: [] for stage in STAGES}
+            for _ in range(args.repeats):
+                times, params = _run_case(case, args.rollouts, tree)
+                for stage in STAGES:
+                    pooled[stage] += times[stage]
+            medians = [statistics.median(pooled[stage]) for stage in STAGES]
+            print(
+                f"{case:<6} {label[:28]:<28} {params:>8} {medians[0]:>10.4f} {medians[1]:>12.4f} "
+                f"{medians[2]:>9.4f} {sum(medians):>8.4f}"
+            )
+    load_after = os.getloadavg()
+    busy = max(load_before[0], load_after[0]) > 0.5 * cpus
+    print(
+        f"load average after: {load_after[0]:.2f}"
+        + ("  BUSY MACHINE: these figures are not claims" if busy else "")
+    )
+    print(
+        f"medians over {args.repeats} processes x {args.rollouts - WARMUP_ROLLOUTS} rollouts (first {WARMUP_ROLLOUTS} dropped)"
+    )
+
+
+if __name__ == "__main__":
+    main()
