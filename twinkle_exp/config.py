@@ -79,6 +79,9 @@ class OptimConfig:
     old_logps: str = "auto"
     # Apply the model's dropout in the update (train mode). Off by default, so an on-policy ratio is exactly 1.
     update_dropout: bool = False
+    # A step with a non-finite reward, advantage, log-prob, loss or gradient is skipped (train/skipped_steps);
+    # this many in a row stop the run with a checkpoint and a message naming the first non-finite quantity.
+    max_skipped_steps: int = 10
 
 
 @dataclass
@@ -103,7 +106,10 @@ class TrainerConfig:
     val_batch_size: int = 128
     samples_every: int = 25  # rollouts between tables of sample completions in wandb
     enable_progress_bar: bool = True
-    save_checkpoint: bool = True
+    save_checkpoint: bool = True  # false: no checkpoints at all (then a signal leaves nothing to resume)
+    # Optimizer steps between checkpoints (written at the end of the rollout that reaches each multiple);
+    # 0 or null: only at the end and when a signal or non-finite values stop the run.
+    checkpoint_every: int | None = 100
 
 
 @dataclass
@@ -130,6 +136,9 @@ class Config:
     logger: LoggerConfig = MISSING
     seed: int = 0
     sweep_name: str | None = None  # wandb group of a multirun; default: the sweep directory's name
+    # auto: continue from the latest checkpoint in the run directory (none there: start; a finished run:
+    # nothing to do); a path: from that checkpoint file or run directory; null: never resume.
+    resume: str | None = "auto"
 
 
 def import_path(target: Callable) -> str:

@@ -36,3 +36,6 @@ KL = TRAIN + loss_keys.KL
 CLIP_LOW = TRAIN + loss_keys.CLIP_LOW
 CLIP_HIGH = TRAIN + loss_keys.CLIP_HIGH
 CLIP_REGION = TRAIN + loss_keys.CLIP_REGION
+
+# Optimizer steps skipped so far because a reward, advantage, log-prob, loss or gradient was not finite.
+SKIPPED_STEPS = "train/skipped_steps"

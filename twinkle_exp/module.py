@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from typing import Any
 
 import lightning as L
 import torch
 
 from twinkle_exp import metric_names as M
+from twinkle_exp import preemption, rng_state
 from twinkle_exp.advantages import group_advantages
 from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
 from twinkle_exp.evaluation import greedy_accuracy
+from twinkle_exp.nonfinite import NonFiniteGuard
 from twinkle_exp.old_logps import has_dropout, recompute_old_logps, should_recompute
 from twinkle_exp.policy import Policy, sequence_logps
-from twinkle_exp.rewards import RewardSet
+from twinkle_exp.rewards import NonFiniteRewardError, RewardSet
 from twinkle_exp.rollout import RolloutBatch, generate
 from twinkle_exp.rollout_metrics import StageTimer, rollout_metrics
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking import log_metrics, log_samples
 from twinkle_exp.update_metrics import StepMetrics
+from twinkle_exp.update_plan import UpdatePlan
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +34,9 @@ class PolicyModule(L.LightningModule):
 
     Batches are dicts of `prompts` and `answers` (lists of strings). Optimisation is manual: each batch is
     one rollout reused for `optim.mu` epochs of `optim.num_minibatches` optimizer steps each, so
-    `trainer.global_step` counts optimizer steps.
+    `trainer.global_step` counts optimizer steps. Training can stop between any two optimizer steps (a
+    signal, too many non-finite steps: `stop_reason`); the rollout's remaining steps then stay in
+    `pending`, which a checkpoint holds, so a resumed run finishes them first.
     """
 
     def __init__(
@@ -65,6 +71,11 @@ class PolicyModule(L.LightningModule):
         self.rollouts_done = 0
         self.first_val: dict[str, float] = {}  # before the first update: the warm-start's figures
         self.last_val: dict[str, float] = {}
+        self.pending: UpdatePlan | None = None  # the rollout whose optimizer steps are not all done
+        self.stop_reason: str | None = None  # why training stopped before max_steps, when it did
+        self.nonfinite = NonFiniteGuard(optim.max_skipped_steps)
+        self._restored: dict[str, Any] | None = None  # this rank's checkpoint state, applied as it is needed
+        self._skipped_for: str | None = None  # why on_before_optimizer_step skipped the current step
         self.set_loss(loss_fn)
 
     # --- configuration ---------------------------------------------------------------------------------
@@ -105,27 +116,130 @@ class PolicyModule(L.LightningModule):
             )
         self._sampler = torch.Generator(device=self.device).manual_seed(self.seed * 1000 + self.global_rank)
         self._shuffler = torch.Generator().manual_seed(self.seed * 1000 + self.global_rank)
+        if self._restored is not None:
+            self._sampler.set_state(self._restored["sampler"])
+            self._shuffler.set_state(self._restored["shuffler"])
+        if self.pending is not None:  # restored from a checkpoint onto the CPU
+            self.pending = self.pending.to(self.device)
+
+    # --- checkpoints: counters, this rollout's remaining steps and every random state --------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        own = {
+            "sampler": self._sampler.get_state(),
+            "shuffler": self._shuffler.get_state(),
+            "global_rng": rng_state.capture_global(),
+            "pending": None if self.pending is None else self.pending.state_dict(),
+        }
+        checkpoint["twinkle_module"] = {
+            "rollouts_done": self.rollouts_done,
+            "first_val": self.first_val,
+            "last_val": self.last_val,
+            "nonfinite": self.nonfinite.state_dict(),
+            "per_rank": rng_state.gather_per_rank(own),  # a collective: every rank saves together
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Called before on_fit_start makes the generators and before the data loader draws its seed from
+        # torch's generator; the random states are applied where the uninterrupted run would be using them.
+        state = checkpoint["twinkle_module"]
+        self.rollouts_done, self.first_val, self.last_val = (
+            state["rollouts_done"],
+            state["first_val"],
+            state["last_val"],
+        )
+        self.nonfinite.load_state_dict(state["nonfinite"])
+        own = rng_state.own_rank_state(
+            state["per_rank"], self.global_rank, self.trainer.world_size, "the checkpoint"
+        )
+        self.pending = None if own["pending"] is None else UpdatePlan.from_state_dict(own["pending"])
+        self._restored = own
 
     # --- one training step: the README's data flow, in order -------------------------------------------
     def training_step(self, batch: dict[str, list[str]], batch_idx: int) -> None:
+        if self._restored is not None:  # the first step after a resume: carry on with the saved randomness
+            rng_state.restore_global(self._restored.pop("global_rng"))
+            self._restored = None
+        if self.pending is None:
+            self.pending = self._plan_rollout(batch)
+        elif self.pending.prompts != batch["prompts"]:
+            raise RuntimeError(
+                "resume: the prompt stream did not replay the interrupted rollout's prompts; was the "
+                "checkpoint written with another task or seed?"
+            )
+        plan = self.pending
+        start = time.perf_counter()
+        self._update(plan)
+        plan.seconds[M.TIME_UPDATE] = plan.seconds.get(M.TIME_UPDATE, 0.0) + time.perf_counter() - start
+        if plan.done or self.global_step >= self.trainer.max_steps:
+            self._finish_rollout(plan)
+            self.pending = None
+
+    def _plan_rollout(self, batch: dict[str, list[str]]) -> UpdatePlan:
+        """Sample, score and prepare one rollout: everything its optimizer steps need."""
         if self.rollouts_done % self.trainer_cfg.val_every == 0:
             self.log_validation()
         timer = StageTimer()
         with timer(M.TIME_ROLLOUT):
             rollout = self._rollout(batch["prompts"])
         prompts, answers = rollout.per_row(batch["prompts"]), rollout.per_row(batch["answers"])
-        rewards, per_fn = self.rewards(prompts, rollout.completions, answers, rollout.truncated)
-        adv = group_advantages(rewards, rollout.group_size, self.advantage_cfg.scale, self.advantage_cfg.eps)
+        non_finite = None
+        try:
+            rewards, per_fn = self.rewards(prompts, rollout.completions, answers, rollout.truncated)
+        except NonFiniteRewardError as exc:
+            # The rollout's steps are skipped (and counted); its advantages only need to exist.
+            log.warning("optimizer steps after %d: %s; skipping this rollout's steps", self.global_step, exc)
+            non_finite, per_fn = "reward", {}
+            rewards = torch.full((len(rollout.completions),), float("nan"))
+        finite = torch.nan_to_num(rewards, nan=0.0, posinf=0.0, neginf=0.0)
+        adv = group_advantages(finite, rollout.group_size, self.advantage_cfg.scale, self.advantage_cfg.eps)
+        if non_finite is None and not torch.isfinite(adv.advantages).all():
+            non_finite = "advantage"
         with timer(M.TIME_REFERENCE):
             ref_logps = self._reference_logps(rollout)
-        with timer(M.TIME_UPDATE):
-            self._update(rollout, adv.advantages.to(self.device), ref_logps)
-        metrics = rollout_metrics(rollout, rewards, per_fn, adv, timer, epochs=self.optim_cfg.mu)
+        start = time.perf_counter()
+        opt = self.optim_cfg
+        n = rollout.input_ids.shape[0]
+        epochs = [
+            torch.randperm(n, generator=self._shuffler).tensor_split(opt.num_minibatches)
+            for _ in range(opt.mu)
+        ]
+        old_logps = rollout.old_logps
+        if self._recompute_old_logps:
+            self.policy.eval()
+            micro = opt.micro_batch_size or n
+            first_step_split = [part.to(self.device) for rows in epochs[0] for part in rows.split(micro)]
+            old_logps = recompute_old_logps(
+                self.policy, rollout, first_step_split, self.rollout_cfg.temperature
+            )
+        timer.seconds[M.TIME_UPDATE] = time.perf_counter() - start
+        return UpdatePlan(
+            prompts=list(batch["prompts"]),
+            answers=list(batch["answers"]),
+            rollout=rollout,
+            rewards=rewards,
+            per_fn=per_fn,
+            adv=adv,
+            old_logps=old_logps,
+            ref_logps=ref_logps,
+            steps=[rows for epoch in epochs for rows in epoch],
+            non_finite=non_finite,
+            seconds=dict(timer.seconds),
+        )
+
+    def _finish_rollout(self, plan: UpdatePlan) -> None:
+        """Log the rollout's own metrics at the step that ends its updates."""
+        timer = StageTimer()
+        timer.seconds.update(plan.seconds)
+        rollout = plan.rollout
+        metrics = rollout_metrics(
+            rollout, plan.rewards, plan.per_fn, plan.adv, timer, epochs=self.optim_cfg.mu
+        )
         log_metrics(self.loggers, metrics | {M.ROLLOUT_INDEX: float(self.rollouts_done)}, self.global_step)
-        self.log("reward", rewards.mean(), prog_bar=True, logger=False)
+        self.log("reward", plan.rewards.mean(), prog_bar=True, logger=False)
         self.rollouts_done += 1
         if self.rollouts_done % self.trainer_cfg.samples_every == 0:
-            rows = list(zip(prompts, rollout.completions, answers, rewards.tolist(), strict=True))
+            prompts, answers = rollout.per_row(plan.prompts), rollout.per_row(plan.answers)
+            rows = list(zip(prompts, rollout.completions, answers, plan.rewards.tolist(), strict=True))
             log_samples(
                 self.loggers, ["prompt", "completion", "answer", "reward"], rows[:32], self.global_step
             )
@@ -167,48 +281,56 @@ class PolicyModule(L.LightningModule):
         # the true gradients under every precision.
         max_norm = self.optim_cfg.max_grad_norm or float("inf")  # 0 or None: measure, do not clip
         self._grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), max_norm)
+        # Under 16-mixed an inf gradient is the loss scaler's business (it skips the step and scales down).
+        if getattr(self.trainer.precision_plugin, "scaler", None) is None:
+            self.nonfinite.watch("gradient", self._grad_norm)
+        quantity = self.nonfinite.first_non_finite()
+        # Every rank skips the step, or none does: the weights must stay the same on all of them.
+        if self.trainer.strategy.reduce_boolean_decision(quantity is not None, all=False):
+            optimizer.zero_grad(set_to_none=True)  # the optimizer skips parameters without a gradient
+            quantity = quantity or "value on another rank"
+        self._skipped_for = quantity
 
-    def _update(self, b: RolloutBatch, advantages: torch.Tensor, ref_logps: torch.Tensor | None) -> None:
-        """mu epochs of num_minibatches optimizer steps over shuffled rows, each logged at its own step.
+    def _update(self, plan: UpdatePlan) -> None:
+        """The plan's remaining optimizer steps, each logged at its own step.
 
-        Stops at trainer.max_steps, so the last rollout runs only the steps left.
+        Stops at trainer.max_steps, so the last rollout runs only the steps left, and after any step when a
+        stop is requested (a signal, too many non-finite steps), leaving the rest in `plan`.
         """
-        opt = self.optim_cfg
-        n = b.input_ids.shape[0]
-        epochs = [
-            torch.randperm(n, generator=self._shuffler).tensor_split(opt.num_minibatches)
-            for _ in range(opt.mu)
-        ]
-        micro = opt.micro_batch_size or n
-        old_logps = b.old_logps
-        if self._recompute_old_logps:
-            self.policy.eval()
-            first_step_split = [part.to(self.device) for rows in epochs[0] for part in rows.split(micro)]
-            old_logps = recompute_old_logps(self.policy, b, first_step_split, self.rollout_cfg.temperature)
-        self.policy.train(opt.update_dropout)
-        for step, rows in enumerate(rows for epoch in epochs for rows in epoch):
-            if self.global_step >= self.trainer.max_steps:
-                break
-            parts = [part.to(self.device) for part in rows.split(micro)]
-            stats = self._optimizer_step(b, parts, advantages, old_logps, ref_logps, sampler_gap=step == 0)
+        b, micro = plan.rollout, self.optim_cfg.micro_batch_size or plan.rollout.input_ids.shape[0]
+        self.policy.train(self.optim_cfg.update_dropout)
+        while not plan.done and self.global_step < self.trainer.max_steps:
+            parts = [part.to(self.device) for part in plan.steps[plan.next_step].split(micro)]
+            stats = self._optimizer_step(plan, b, parts, sampler_gap=plan.next_step == 0)
+            plan.next_step += 1
             log_metrics(self.loggers, stats, self.global_step)
+            if self._stop_requested():
+                self.trainer.should_stop = True
+                return
+
+    def _stop_requested(self) -> bool:
+        """Whether any rank was asked to stop (decided together, so every rank stops after the same step)."""
+        signum = preemption.received()
+        if signum is not None and self.stop_reason is None:
+            self.stop_reason = f"{preemption.name(signum)} received"
+        stop = self.trainer.strategy.reduce_boolean_decision(self.stop_reason is not None, all=False)
+        if stop and self.stop_reason is None:
+            self.stop_reason = "another rank was stopped"
+        return stop
 
     def _optimizer_step(
-        self,
-        b: RolloutBatch,
-        parts: list[torch.Tensor],
-        advantages: torch.Tensor,
-        old_logps: torch.Tensor,
-        ref_logps: torch.Tensor | None,
-        sampler_gap: bool,
+        self, plan: UpdatePlan, b: RolloutBatch, parts: list[torch.Tensor], sampler_gap: bool
     ) -> dict[str, float]:
-        """One optimizer step on the rows `parts` (its micro-batches); returns the step's metrics."""
+        """One optimizer step on the rows `parts` (its micro-batches) of `b`; returns the step's metrics."""
         optimizer = self.optimizers()
         mask = b.completion_mask
         rows = torch.cat(parts)
         totals = {"num_sequences": len(rows), "num_tokens": int(mask[rows].sum())}
+        advantages, old_logps, ref_logps = plan.adv.advantages.to(self.device), plan.old_logps, plan.ref_logps
         stats = StepMetrics()
         optimizer.zero_grad(set_to_none=True)
+        if plan.non_finite is not None:
+            self.nonfinite.watch(plan.non_finite, True)
         for part in parts:
             logps, entropy = sequence_logps(
                 self.policy,
@@ -219,6 +341,7 @@ class PolicyModule(L.LightningModule):
                 temperature=self.rollout_cfg.temperature,
                 with_entropy=True,
             )
+            self.nonfinite.watch("log-prob", logps[mask[part]])
             out = self.loss_fn(
                 logps=logps,
                 labels=b.labels[part],
@@ -227,13 +350,16 @@ class PolicyModule(L.LightningModule):
                 ref_logps=None if ref_logps is None else ref_logps[part],
                 **totals,
             )
+            self.nonfinite.watch("loss", out.loss)
             self.manual_backward(out.loss)
             gap = logps.detach() - b.old_logps[part] if sampler_gap else None
             stats.add_micro(out, mask[part], entropy, gap)
         lr = self._lr()
-        optimizer.step()  # clips in on_before_optimizer_step
+        optimizer.step()  # clips, and skips a non-finite step, in on_before_optimizer_step
         self.lr_schedulers().step()
-        return stats.summary(self._grad_norm, lr)
+        if self.nonfinite.record(self.global_step, self._skipped_for) and self.stop_reason is None:
+            self.stop_reason = self.nonfinite.stop_message(self.global_step)
+        return stats.summary(self._grad_norm, lr) | {M.SKIPPED_STEPS: float(self.nonfinite.skipped)}
 
     # --- validation --------------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:

@@ -42,6 +42,10 @@ def partial_credit(prompts: list[str], completions: list[str], answers: list[str
     return out
 
 
+class NonFiniteRewardError(ValueError):
+    """A reward came out NaN or inf (or beyond float32): the trainer skips that rollout's steps."""
+
+
 @dataclass(frozen=True)
 class LengthPenalty:
     """Penalty in [-1, 0] for characters beyond the answer's length (stripped, as in `exact_match`).
@@ -139,7 +143,9 @@ class RewardSet:
             total = torch.where(truncated.cpu(), total.clamp(max=self.truncated_max), total)
         total32 = total.to(torch.float32)
         if not torch.isfinite(total32).all():
-            raise ValueError("total reward overflows float32; check the weights and reward magnitudes")
+            raise NonFiniteRewardError(
+                "total reward overflows float32; check the weights and reward magnitudes"
+            )
         return total32, raw
 
 
@@ -155,8 +161,8 @@ def _checked(name: str, values: object, n: int) -> torch.Tensor:
         if not isinstance(v, numbers.Real):
             raise ValueError(f"reward function {name!r}: value {i} is {v!r}, not a number")
         if not math.isfinite(v):
-            raise ValueError(f"reward function {name!r}: value {i} is not finite ({v})")
+            raise NonFiniteRewardError(f"reward function {name!r}: value {i} is not finite ({v})")
     values_t = torch.tensor([float(v) for v in values], dtype=torch.float64)
     if not torch.isfinite(values_t.to(torch.float32)).all():
-        raise ValueError(f"reward function {name!r}: a value is too large for float32")
+        raise NonFiniteRewardError(f"reward function {name!r}: a value is too large for float32")
     return values_t
