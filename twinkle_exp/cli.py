@@ -5,6 +5,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from twinkle_exp import preemption
 from twinkle_exp.config import register_configs
 
 register_configs()
@@ -12,6 +13,8 @@ register_configs()
 
 @hydra.main(config_path="pkg://twinkle_exp.conf", config_name="config", version_base="1.3")
 def _main(cfg: DictConfig) -> float:
+    # Before the slow imports: a signal from here on stops the run cleanly, with run.json saying so.
+    preemption.install()
     from twinkle_exp.run import train  # heavy imports after Hydra has parsed --help and overrides
 
     # The return value is what Hydra's Optuna sweeper maximises.

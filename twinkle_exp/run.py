@@ -10,18 +10,23 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.loggers import WandbLogger
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
 from twinkle_exp import metric_names as M
+from twinkle_exp import preemption, resume
+from twinkle_exp.checkpointing import CheckpointCallback, weights_digest
 from twinkle_exp.config import Config, RewardConfig, TrainerConfig, typed_config
 from twinkle_exp.data import PromptStream
+from twinkle_exp.metrics_file import truncate_rows
 from twinkle_exp.module import PolicyModule
 from twinkle_exp.progress import RolloutProgressBar
 from twinkle_exp.rewards import RewardFunction, RewardSet
+from twinkle_exp.stopping import end_stopped_run
 from twinkle_exp.summary import print_summary
-from twinkle_exp.tracking import JobInfo, RunStatus, build_loggers
+from twinkle_exp.tracking import JobInfo, RunStatus, build_loggers, read_run_json
 from twinkle_exp.warmup import cache_key, warm_start
 
 log = logging.getLogger(__name__)
@@ -29,6 +34,8 @@ log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", message="Experiment logs directory .* exists and is not empty")
 # Lightning 2.6 calls a torch pytree API that torch 2.13 deprecates: nothing a user can act on.
 warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)")
+# The prompt stream resumes from the checkpoint's rollout count (data.PromptStream), which Lightning cannot see.
+warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before the epoch ended")
 
 
 def _quiet_lightning() -> None:
@@ -77,22 +84,64 @@ def build_module(cfg: Config) -> tuple[PolicyModule, dict[str, Any]]:
     return module, warm
 
 
+class _TakeBackSignals(L.Callback):
+    """Lightning installs its own SIGTERM handler when training starts (it would exit 0 mid-rollout)."""
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        preemption.reinstall()
+
+
+def _finished_before(job: JobInfo, start: resume.Start, max_steps: int) -> dict[str, Any] | None:
+    """The recorded result when this run directory already finished what is asked: nothing to do."""
+    previous = read_run_json(job.output_dir / "run.json")
+    if previous.get("status") == "finished" and start.checkpoint is not None and start.step >= max_steps:
+        return previous.get("final")
+    return None
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """Run one experiment; returns the figures of its summary. The job's files go to Hydra's output dir."""
+    """Run one experiment; returns the figures of its summary. The job's files go to Hydra's output dir.
+
+    `cfg.resume` (default "auto") continues the run directory's checkpoint when there is one.
+    """
     typed = typed_config(cfg)
     _quiet_lightning()
     job = JobInfo.from_hydra()
-    status = RunStatus(job, typed.seed)
+    start = resume.find_start(typed.resume, job.output_dir)
+    done = _finished_before(job, start, typed.trainer.max_steps)
+    if done is not None:
+        log.warning("%s finished already (%d optimizer steps): nothing to do", job.output_dir, start.step)
+        return done
+    status = RunStatus(job, typed.seed, start.checkpoint and str(start.checkpoint), start.step)
     loggers: list[Any] = []
-    start = time.time()
+    began = time.time()
     try:
+        config = OmegaConf.to_container(cfg, resolve=True)
+        resume.check_config(start, config)
+        resume.check_warmup_cache(start)
         module, warm = build_module(typed)
+        reference_digest = weights_digest(module.reference)
+        resume.check_reference(start, reference_digest)
+        if start.checkpoint is not None:
+            log.warning("resuming from %s at optimizer step %d", start.checkpoint, start.step)
         log.info("loss: %r", module.loss_fn)
         L.seed_everything(typed.seed, verbose=False)
-        loggers = build_loggers(cfg, typed.logger, typed.sweep_name, job)
+        # Rows logged after the checkpoint are dropped: the resumed run logs them again.
+        truncate_rows(job.output_dir / "metrics.csv", start.csv_rows)
+        loggers = build_loggers(cfg, typed.logger, typed.sweep_name, job, wandb_id=status.wandb_id)
         t = typed.trainer
         updates_per_rollout = typed.optim.mu * typed.optim.num_minibatches
-        callbacks = [RolloutProgressBar(updates_per_rollout)] if t.enable_progress_bar else []
+        callbacks: list[Any] = [_TakeBackSignals()]
+        checkpoints = None
+        if t.save_checkpoint:
+            info = {"config": config, "reference_digest": reference_digest, "warmup": warm}
+            checkpoints = CheckpointCallback(
+                job.output_dir, t.checkpoint_every, info, loggers[0].rows_written
+            )
+            callbacks.append(checkpoints)
+        if t.enable_progress_bar:
+            callbacks.append(RolloutProgressBar(updates_per_rollout))
+        is_slurm = SLURMEnvironment.detect()
         trainer = L.Trainer(
             max_steps=t.max_steps,
             accelerator=t.accelerator,
@@ -101,6 +150,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             precision=t.precision,
             logger=loggers,
             callbacks=callbacks,
+            # Requeueing is done after the checkpoint at the step boundary (stopping.py), not by Lightning.
+            plugins=[SLURMEnvironment(auto_requeue=False)] if is_slurm else None,
             enable_progress_bar=t.enable_progress_bar,
             enable_checkpointing=False,
             enable_model_summary=False,
@@ -108,35 +159,48 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             limit_val_batches=0,
             num_sanity_val_steps=0,
         )
-        stream = PromptStream(module.task, typed.rollout.prompts_per_step, typed.seed)
-        trainer.fit(module, train_dataloaders=DataLoader(stream, batch_size=None))
+        stream = PromptStream(module.task, typed.rollout.prompts_per_step, typed.seed, start.rollouts_done)
+        if preemption.received() is None:  # a signal during the warm-start: stop before training
+            trainer.fit(
+                module,
+                train_dataloaders=DataLoader(stream, batch_size=None),
+                ckpt_path=None if start.checkpoint is None else str(start.checkpoint),
+            )
+        for logger in loggers:
+            logger.save()
+        checkpoint = checkpoints.path if checkpoints is not None and checkpoints.path.exists() else None
+        if trainer.global_step < t.max_steps and (module.stop_reason or preemption.received()):
+            reason = module.stop_reason or f"{preemption.name(preemption.received())} received"
+            end_stopped_run(status, job, reason, trainer.global_step, checkpoint, is_slurm)
         final = module.log_validation()  # also the first validation when no step ran (max_steps=0)
         first = module.first_val
         for logger in loggers:
             logger.save()
-        checkpoint = None
-        if t.save_checkpoint:
-            checkpoint = job.output_dir / "checkpoints" / "last.ckpt"
-            trainer.save_checkpoint(checkpoint, weights_only=False)
         result = {
             "accuracy_before": first[M.VAL_ACCURACY],
             "accuracy_after": final[M.VAL_ACCURACY],
             "steps": trainer.global_step,
             "rollouts": module.rollouts_done,
-            "wall_time_s": round(time.time() - start, 1),
+            "wall_time_s": round(time.time() - began, 1),
             "output_dir": str(job.output_dir),
             "metrics_csv": str(job.output_dir / "metrics.csv"),
             "checkpoint": None if checkpoint is None else str(checkpoint),
             "warmup": warm,
         }
         status.finish("finished", final={k: v for k, v in result.items() if k != "warmup"})
-        print_summary(result, module.loss_fn, loggers)
+        print_summary(result, module.loss_fn, [lg for lg in loggers if not getattr(lg, "failure", None)])
         return result
     except BaseException as exc:
-        status.finish("failed", error=f"{type(exc).__name__}: {exc}")
+        if status.data["status"] == "running":  # end_stopped_run has recorded its own ending
+            ended = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            status.finish(ended, error=f"{type(exc).__name__}: {exc}")
         raise
     finally:
+        preemption.restore()
         if any(isinstance(logger, WandbLogger) for logger in loggers):
             import wandb
 
-            wandb.finish()
+            try:
+                wandb.finish()
+            except Exception as exc:  # the run's outcome is already recorded; wandb's failure is not it
+                log.warning("wandb.finish failed: %s", exc)

@@ -1,0 +1,177 @@
+"""Resume through the CLI: 2N steps equal N steps resumed for N more; a real SIGTERM leaves a loadable
+checkpoint, a complete metrics.csv and run.json "interrupted", and its resume command reaches the same
+weights; another experiment's checkpoint or a missing warm-start cache is refused; NaN rewards stop it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from twinkle_exp import metric_names as M
+
+STEPS = 80  # 20 rollouts of the debug=fast run
+FAST = ["debug=fast", "trainer.save_checkpoint=true", "trainer.checkpoint_every=16"]
+
+
+def _twinkle(args: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "twinkle_exp", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+
+
+def _rows(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return [
+            {k: v for k, v in r.items() if v != "" and not k.startswith("time/")} for r in csv.DictReader(f)
+        ]
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)[
+        "state_dict"
+    ]
+
+
+def _same_run(a: Path, b: Path) -> None:
+    rows_a, rows_b = _rows(a), _rows(b)
+    assert [r["step"] for r in rows_b] == [r["step"] for r in rows_a], "rows lost or written twice"
+    assert rows_b == rows_a
+    weights_a, weights_b = _weights(a), _weights(b)
+    differing = [k for k in weights_a if not torch.equal(weights_a[k], weights_b[k])]
+    assert not differing, f"weights differ: {differing}"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, cli_env) -> Path:
+    cwd = tmp_path_factory.mktemp("uninterrupted")
+    _ok(_twinkle([*FAST, f"trainer.max_steps={STEPS}", f"hydra.run.dir={cwd / 'run'}"], cwd, cli_env))
+    return cwd / "run"
+
+
+@pytest.mark.slow
+def test_2n_steps_equal_n_steps_resumed_for_n_more(uninterrupted, tmp_path, cli_env, read_wandb_run):
+    run = tmp_path / "run"
+    _ok(_twinkle([*FAST, f"trainer.max_steps={STEPS // 2}", f"hydra.run.dir={run}"], tmp_path, cli_env))
+    _ok(_twinkle([*FAST, f"trainer.max_steps={STEPS}", f"hydra.run.dir={run}"], tmp_path, cli_env))
+    _same_run(uninterrupted, run)
+
+    status = json.loads((run / "run.json").read_text())
+    assert status["status"] == "finished" and status["final"]["steps"] == STEPS
+    assert [(a["status"], a["start_step"]) for a in status["attempts"]] == [("finished", 0), ("finished", 40)]
+    assert status["attempts"][1]["resumed_from"] == str(run / "checkpoints" / "last.ckpt")
+    attempts = sorted((run / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(attempts) == 2
+    assert {read_wandb_run(p)["id"] for p in attempts} == {status["wandb_id"]}  # one wandb run, resumed
+
+
+def _wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        try:
+            with open(run_dir / "metrics.csv", newline="") as f:
+                if any(r.get("step") and int(r["step"]) >= step for r in csv.DictReader(f)):
+                    return
+        except (OSError, ValueError, csv.Error):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"no row with step >= {step} within {timeout} s")
+
+
+@pytest.mark.slow
+def test_sigterm_leaves_a_checkpoint_a_complete_csv_and_resumes_to_the_same_weights(
+    uninterrupted, tmp_path, cli_env, read_wandb_run
+):
+    run = tmp_path / "run"
+    args = [*FAST, f"trainer.max_steps={STEPS}", f"hydra.run.dir={run}"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "twinkle_exp", *args],
+        cwd=tmp_path,
+        env=cli_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_for_step(run, 18, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, f"exit {proc.returncode}\n{err[-3000:]}"
+
+    status = json.loads((run / "run.json").read_text())
+    step = status["step"]
+    assert status["status"] == "interrupted" and status["error"] == f"SIGTERM at optimizer step {step}"
+    assert 18 <= step < STEPS
+    checkpoint = torch.load(status["checkpoint"], map_location="cpu", weights_only=False)
+    assert checkpoint["global_step"] == step, "the checkpoint is the one of the step the run stopped at"
+    rows = _rows(run)
+    assert [int(r["step"]) for r in rows if M.LOSS in r] == list(range(1, step + 1)), (
+        "metrics.csv is complete"
+    )
+    assert rows == _rows(uninterrupted)[: len(rows)]
+    [wandb_file] = (run / "wandb").glob("offline-run-*/run-*.wandb")
+    assert read_wandb_run(wandb_file)["exit"], "the wandb run was finished (flushed)"
+    assert f"resume with:\n  {status['resume_command']}" in err
+
+    command = shlex.split(status["resume_command"])
+    assert command[:3] == ["python", "-m", "twinkle_exp"]
+    _ok(_twinkle(command[3:], tmp_path, cli_env))
+    _same_run(uninterrupted, run)
+    status = json.loads((run / "run.json").read_text())
+    assert [a["status"] for a in status["attempts"]] == ["interrupted", "finished"]
+
+
+@pytest.mark.slow
+def test_a_resume_is_refused_for_another_experiment_or_a_missing_warm_start_cache(tmp_path, cli_env):
+    env = {**cli_env, "TWINKLE_CACHE": str(tmp_path / "cache")}
+    run = f"hydra.run.dir={tmp_path / 'run'}"
+    _ok(_twinkle([*FAST, "logger=csv", "trainer.max_steps=4", run], tmp_path, env))
+
+    refused = _twinkle([*FAST, "logger=csv", "trainer.max_steps=8", "loss=sapo", run], tmp_path, env)
+    assert refused.returncode != 0
+    assert "resume refused" in refused.stderr
+    assert (
+        "(loss._target_: 'twinkle_exp.loss.GRPOLoss' there, 'twinkle_exp.loss.SAPOLoss' here"
+        in refused.stderr
+    )
+
+    for cached in (tmp_path / "cache").glob("warmup-*.pt"):
+        cached.unlink()
+    no_cache = _twinkle([*FAST, "logger=csv", "trainer.max_steps=8", run], tmp_path, env)
+    assert no_cache.returncode != 0
+    assert "warm-start cache" in no_cache.stderr and "is missing. Restore that file" in no_cache.stderr
+    status = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert status["status"] == "failed" and "is missing" in status["error"]
+    assert [a["status"] for a in status["attempts"]] == ["finished", "failed", "failed"]
+
+
+@pytest.mark.slow
+def test_non_finite_rewards_stop_the_run_with_a_checkpoint_and_the_cause(tmp_path, cli_env):
+    env = {**cli_env, "PYTHONPATH": str(Path(__file__).parent)}
+    broken = "reward.functions.partial.fn._target_=reward_fixtures.nan_reward"  # debug=fast: reward=shaped
+    run = f"hydra.run.dir={tmp_path / 'run'}"
+    proc = _twinkle([*FAST, "logger=csv", "optim.max_skipped_steps=2", broken, run], tmp_path, env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    status = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert status["status"] == "failed" and status["step"] == 2
+    assert "2 consecutive optimizer steps skipped for non-finite values" in status["error"]
+    assert "the first was the reward at step 1" in status["error"]
+    assert "the first was the reward at step 1" in proc.stderr
+    assert torch.load(status["checkpoint"], map_location="cpu", weights_only=False)["global_step"] == 2
