@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from .aggregate import group_by_variant, summarize
+from .attempts import HEADERS as ATTEMPT_HEADERS
+from .attempts import attempt_rows, render_attempts_markdown
 from .plots import plot_all
 from .render import render_html, render_markdown, status_summary, variant_row
 from .runs import load_sweep
@@ -66,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     plots = plot_all(group_by_variant(runs), out_dir)
     shown_dir = sweep_dir.resolve()
     markdown = out_dir / "report.md"
-    markdown.write_text(render_markdown(shown_dir, stats, runs, plots, args.threshold), encoding="utf-8")
+    text = render_markdown(shown_dir, stats, runs, plots, args.threshold) + render_attempts_markdown(runs)
+    markdown.write_text(text, encoding="utf-8")
     page = out_dir / "report.html"
     page.write_text(render_html(shown_dir, stats, runs, plots, args.threshold), encoding="utf-8")
 
@@ -85,6 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     for s in stats:
         table.add_row(*variant_row(s))
     console.print(table)
+    jobs = Table(title="jobs and attempts")
+    for header in ATTEMPT_HEADERS:
+        jobs.add_column(header, overflow="fold")
+    for row in attempt_rows(runs):
+        jobs.add_row(*row)
+    console.print(jobs)
     for spec, path in plots.items():
         if path is None:
             console.print(f"skipped {spec.title}: no run logged {spec.key}", style="yellow")
