@@ -175,3 +175,27 @@ def test_non_finite_rewards_stop_the_run_with_a_checkpoint_and_the_cause(tmp_pat
     assert "the first was the reward at step 1" in status["error"]
     assert "the first was the reward at step 1" in proc.stderr
     assert torch.load(status["checkpoint"], map_location="cpu", weights_only=False)["global_step"] == 2
+
+
+@pytest.mark.slow
+def test_sigterm_before_training_still_ends_as_interrupted(tmp_path, cli_env):
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "twinkle_exp", *FAST, f"hydra.run.dir={run}"],
+        cwd=tmp_path,
+        env=cli_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 300
+    while not (run / ".hydra" / "config.yaml").exists():  # Hydra calls the app right after writing it
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.02)
+    time.sleep(0.5)  # the handlers are installed; the imports (or the warm-start) are still going on
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    status = json.loads((run / "run.json").read_text())
+    assert status["status"] == "interrupted" and status["step"] == 0 and status["checkpoint"] is None
+    assert "no checkpoint yet: a resume starts from the beginning" in err

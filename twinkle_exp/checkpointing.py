@@ -70,6 +70,8 @@ class CheckpointCallback(Callback):
     """
 
     def __init__(self, run_dir: Path, every: int | None, run_info: dict[str, Any], rows_written: Any) -> None:
+        if every is not None and every < 0:
+            raise ValueError(f"trainer.checkpoint_every must be >= 0 or null, got {every}")
         self.path = last_checkpoint(run_dir)
         self.every = every or 0
         self.run_info = run_info

@@ -106,9 +106,10 @@ class TrainerConfig:
     val_batch_size: int = 128
     samples_every: int = 25  # rollouts between tables of sample completions in wandb
     enable_progress_bar: bool = True
-    save_checkpoint: bool = True  # false: no checkpoints at all (then a signal leaves nothing to resume)
+    save_checkpoint: bool = True
     # Optimizer steps between checkpoints (written at the end of the rollout that reaches each multiple);
-    # 0 or null: only at the end and when a signal or non-finite values stop the run.
+    # 0 or null: only at the end and when a signal or non-finite values stop the run. save_checkpoint=false
+    # writes none at all, so a stopped run can only start again.
     checkpoint_every: int | None = 100
 
 

@@ -11,7 +11,7 @@ import lightning as L
 import torch
 
 from twinkle_exp import metric_names as M
-from twinkle_exp import preemption, rng_state
+from twinkle_exp import module_state, preemption, rng_state
 from twinkle_exp.advantages import group_advantages
 from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
 from twinkle_exp.evaluation import greedy_accuracy
@@ -122,42 +122,18 @@ class PolicyModule(L.LightningModule):
         if self.pending is not None:  # restored from a checkpoint onto the CPU
             self.pending = self.pending.to(self.device)
 
-    # --- checkpoints: counters, this rollout's remaining steps and every random state --------------------
+    # --- checkpoints: counters, this rollout's remaining steps and every random state (module_state) ----
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        own = {
-            "sampler": self._sampler.get_state(),
-            "shuffler": self._shuffler.get_state(),
-            "global_rng": rng_state.capture_global(),
-            "pending": None if self.pending is None else self.pending.state_dict(),
-        }
-        checkpoint["twinkle_module"] = {
-            "rollouts_done": self.rollouts_done,
-            "first_val": self.first_val,
-            "last_val": self.last_val,
-            "nonfinite": self.nonfinite.state_dict(),
-            "per_rank": rng_state.gather_per_rank(own),  # a collective: every rank saves together
-        }
+        checkpoint[module_state.KEY] = module_state.capture(self)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # Called before on_fit_start makes the generators and before the data loader draws its seed from
-        # torch's generator; the random states are applied where the uninterrupted run would be using them.
-        state = checkpoint["twinkle_module"]
-        self.rollouts_done, self.first_val, self.last_val = (
-            state["rollouts_done"],
-            state["first_val"],
-            state["last_val"],
-        )
-        self.nonfinite.load_state_dict(state["nonfinite"])
-        own = rng_state.own_rank_state(
-            state["per_rank"], self.global_rank, self.trainer.world_size, "the checkpoint"
-        )
-        self.pending = None if own["pending"] is None else UpdatePlan.from_state_dict(own["pending"])
-        self._restored = own
+        state = checkpoint[module_state.KEY]
+        self._restored = module_state.restore(self, state, self.global_rank, self.trainer.world_size)
 
     # --- one training step: the README's data flow, in order -------------------------------------------
     def training_step(self, batch: dict[str, list[str]], batch_idx: int) -> None:
         if self._restored is not None:  # the first step after a resume: carry on with the saved randomness
-            rng_state.restore_global(self._restored.pop("global_rng"))
+            rng_state.restore_global(self._restored["global_rng"])
             self._restored = None
         if self.pending is None:
             self.pending = self._plan_rollout(batch)

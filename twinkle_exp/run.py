@@ -11,13 +11,14 @@ import lightning as L
 import torch
 from hydra.utils import instantiate
 from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
 from twinkle_exp import metric_names as M
 from twinkle_exp import preemption, resume
-from twinkle_exp.checkpointing import CheckpointCallback, weights_digest
+from twinkle_exp.checkpointing import CheckpointCallback, last_checkpoint, weights_digest
 from twinkle_exp.config import Config, RewardConfig, TrainerConfig, typed_config
 from twinkle_exp.data import PromptStream
 from twinkle_exp.metrics_file import truncate_rows
@@ -94,7 +95,8 @@ class _TakeBackSignals(L.Callback):
 def _finished_before(job: JobInfo, start: resume.Start, max_steps: int) -> dict[str, Any] | None:
     """The recorded result when this run directory already finished what is asked: nothing to do."""
     previous = read_run_json(job.output_dir / "run.json")
-    if previous.get("status") == "finished" and start.checkpoint is not None and start.step >= max_steps:
+    own = start.checkpoint == last_checkpoint(job.output_dir)
+    if previous.get("status") == "finished" and own and start.step >= max_steps:
         return previous.get("final")
     return None
 
@@ -115,7 +117,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     status = RunStatus(job, typed.seed, start.checkpoint and str(start.checkpoint), start.step)
     loggers: list[Any] = []
     began = time.time()
+    is_slurm = SLURMEnvironment.detect()
     try:
+        if preemption.received() is not None:  # during the imports: nothing to lose, say so and go
+            end_stopped_run(status, job, "signal", start.step, start.checkpoint, is_slurm)
         config = OmegaConf.to_container(cfg, resolve=True)
         resume.check_config(start, config)
         resume.check_warmup_cache(start)
@@ -126,8 +131,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             log.warning("resuming from %s at optimizer step %d", start.checkpoint, start.step)
         log.info("loss: %r", module.loss_fn)
         L.seed_everything(typed.seed, verbose=False)
-        # Rows logged after the checkpoint are dropped: the resumed run logs them again.
-        truncate_rows(job.output_dir / "metrics.csv", start.csv_rows)
+        if rank_zero_only.rank == 0:  # rows logged after the checkpoint are dropped: the run logs them again
+            truncate_rows(job.output_dir / "metrics.csv", start.csv_rows)
         loggers = build_loggers(cfg, typed.logger, typed.sweep_name, job, wandb_id=status.wandb_id)
         t = typed.trainer
         updates_per_rollout = typed.optim.mu * typed.optim.num_minibatches
@@ -141,7 +146,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             callbacks.append(checkpoints)
         if t.enable_progress_bar:
             callbacks.append(RolloutProgressBar(updates_per_rollout))
-        is_slurm = SLURMEnvironment.detect()
         trainer = L.Trainer(
             max_steps=t.max_steps,
             accelerator=t.accelerator,
@@ -168,7 +172,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             )
         for logger in loggers:
             logger.save()
-        checkpoint = checkpoints.path if checkpoints is not None and checkpoints.path.exists() else None
+        # Stopped before it wrote a checkpoint of its own: the one it resumed from is still the latest.
+        saved = checkpoints is not None and checkpoints.path.exists()
+        checkpoint = checkpoints.path if saved else start.checkpoint
         if trainer.global_step < t.max_steps and (module.stop_reason or preemption.received()):
             reason = module.stop_reason or f"{preemption.name(preemption.received())} received"
             end_stopped_run(status, job, reason, trainer.global_step, checkpoint, is_slurm)

@@ -54,7 +54,9 @@ def end_stopped_run(
     status: RunStatus, job: JobInfo, reason: str, step: int, checkpoint: Path | None, is_slurm: bool
 ) -> None:
     """Record and announce a run stopped at optimizer `step` for `reason`, then raise what ends the process."""
-    where = f"checkpoint {checkpoint}" if checkpoint else "no checkpoint (trainer.save_checkpoint=false)"
+    where = (
+        f"checkpoint {checkpoint}" if checkpoint else "no checkpoint yet: a resume starts from the beginning"
+    )
     signum = preemption.received()
     if signum is None:  # not a signal: non-finite values
         message = f"{reason}; {where}"
