@@ -4,7 +4,6 @@ weights; another experiment's checkpoint or a missing warm-start cache is refuse
 
 from __future__ import annotations
 
-import csv
 import json
 import shlex
 import signal
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_run_helpers import check_ok, final_weights, metric_rows, run_twinkle, wait_for_step
 
 from twinkle_exp import metric_names as M
 
@@ -22,39 +22,11 @@ STEPS = 80  # 20 rollouts of the debug=fast run
 FAST = ["debug=fast", "trainer.save_checkpoint=true", "trainer.checkpoint_every=16"]
 
 
-def _twinkle(args: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "twinkle_exp", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def _ok(proc: subprocess.CompletedProcess) -> None:
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
-
-
-def _rows(run_dir: Path) -> list[dict[str, str]]:
-    with open(run_dir / "metrics.csv", newline="") as f:
-        return [
-            {k: v for k, v in r.items() if v != "" and not k.startswith("time/")} for r in csv.DictReader(f)
-        ]
-
-
-def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)[
-        "state_dict"
-    ]
-
-
 def _same_run(a: Path, b: Path) -> None:
-    rows_a, rows_b = _rows(a), _rows(b)
+    rows_a, rows_b = metric_rows(a), metric_rows(b)
     assert [r["step"] for r in rows_b] == [r["step"] for r in rows_a], "rows lost or written twice"
     assert rows_b == rows_a
-    weights_a, weights_b = _weights(a), _weights(b)
+    weights_a, weights_b = final_weights(a), final_weights(b)
     differing = [k for k in weights_a if not torch.equal(weights_a[k], weights_b[k])]
     assert not differing, f"weights differ: {differing}"
 
@@ -62,15 +34,17 @@ def _same_run(a: Path, b: Path) -> None:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, cli_env) -> Path:
     cwd = tmp_path_factory.mktemp("uninterrupted")
-    _ok(_twinkle([*FAST, f"trainer.max_steps={STEPS}", f"hydra.run.dir={cwd / 'run'}"], cwd, cli_env))
+    check_ok(run_twinkle([*FAST, f"trainer.max_steps={STEPS}", f"hydra.run.dir={cwd / 'run'}"], cwd, cli_env))
     return cwd / "run"
 
 
 @pytest.mark.slow
 def test_2n_steps_equal_n_steps_resumed_for_n_more(uninterrupted, tmp_path, cli_env, read_wandb_run):
     run = tmp_path / "run"
-    _ok(_twinkle([*FAST, f"trainer.max_steps={STEPS // 2}", f"hydra.run.dir={run}"], tmp_path, cli_env))
-    _ok(_twinkle([*FAST, f"trainer.max_steps={STEPS}", f"hydra.run.dir={run}"], tmp_path, cli_env))
+    check_ok(
+        run_twinkle([*FAST, f"trainer.max_steps={STEPS // 2}", f"hydra.run.dir={run}"], tmp_path, cli_env)
+    )
+    check_ok(run_twinkle([*FAST, f"trainer.max_steps={STEPS}", f"hydra.run.dir={run}"], tmp_path, cli_env))
     _same_run(uninterrupted, run)
 
     status = json.loads((run / "run.json").read_text())
@@ -80,20 +54,6 @@ def test_2n_steps_equal_n_steps_resumed_for_n_more(uninterrupted, tmp_path, cli_
     attempts = sorted((run / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(attempts) == 2
     assert {read_wandb_run(p)["id"] for p in attempts} == {status["wandb_id"]}  # one wandb run, resumed
-
-
-def _wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: float = 300) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        assert proc.poll() is None, "the run ended before it could be interrupted"
-        try:
-            with open(run_dir / "metrics.csv", newline="") as f:
-                if any(r.get("step") and int(r["step"]) >= step for r in csv.DictReader(f)):
-                    return
-        except (OSError, ValueError, csv.Error):
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"no row with step >= {step} within {timeout} s")
 
 
 @pytest.mark.slow
@@ -110,7 +70,7 @@ def test_sigterm_leaves_a_checkpoint_a_complete_csv_and_resumes_to_the_same_weig
         stderr=subprocess.PIPE,
         text=True,
     )
-    _wait_for_step(run, 18, proc)
+    wait_for_step(run, 18, proc)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 128 + signal.SIGTERM, f"exit {proc.returncode}\n{err[-3000:]}"
@@ -121,18 +81,18 @@ def test_sigterm_leaves_a_checkpoint_a_complete_csv_and_resumes_to_the_same_weig
     assert 18 <= step < STEPS
     checkpoint = torch.load(status["checkpoint"], map_location="cpu", weights_only=False)
     assert checkpoint["global_step"] == step, "the checkpoint is the one of the step the run stopped at"
-    rows = _rows(run)
+    rows = metric_rows(run)
     assert [int(r["step"]) for r in rows if M.LOSS in r] == list(range(1, step + 1)), (
         "metrics.csv is complete"
     )
-    assert rows == _rows(uninterrupted)[: len(rows)]
+    assert rows == metric_rows(uninterrupted)[: len(rows)]
     [wandb_file] = (run / "wandb").glob("offline-run-*/run-*.wandb")
     assert read_wandb_run(wandb_file)["exit"], "the wandb run was finished (flushed)"
     assert f"resume with:\n  {status['resume_command']}" in err
 
     command = shlex.split(status["resume_command"])
     assert command[:3] == ["python", "-m", "twinkle_exp"]
-    _ok(_twinkle(command[3:], tmp_path, cli_env))
+    check_ok(run_twinkle(command[3:], tmp_path, cli_env))
     _same_run(uninterrupted, run)
     status = json.loads((run / "run.json").read_text())
     assert [a["status"] for a in status["attempts"]] == ["interrupted", "finished"]
@@ -142,9 +102,9 @@ def test_sigterm_leaves_a_checkpoint_a_complete_csv_and_resumes_to_the_same_weig
 def test_a_resume_is_refused_for_another_experiment_or_a_missing_warm_start_cache(tmp_path, cli_env):
     env = {**cli_env, "TWINKLE_CACHE": str(tmp_path / "cache")}
     run = f"hydra.run.dir={tmp_path / 'run'}"
-    _ok(_twinkle([*FAST, "logger=csv", "trainer.max_steps=4", run], tmp_path, env))
+    check_ok(run_twinkle([*FAST, "logger=csv", "trainer.max_steps=4", run], tmp_path, env))
 
-    refused = _twinkle([*FAST, "logger=csv", "trainer.max_steps=8", "loss=sapo", run], tmp_path, env)
+    refused = run_twinkle([*FAST, "logger=csv", "trainer.max_steps=8", "loss=sapo", run], tmp_path, env)
     assert refused.returncode != 0
     assert "resume refused" in refused.stderr
     assert (
@@ -154,7 +114,7 @@ def test_a_resume_is_refused_for_another_experiment_or_a_missing_warm_start_cach
 
     for cached in (tmp_path / "cache").glob("warmup-*.pt"):
         cached.unlink()
-    no_cache = _twinkle([*FAST, "logger=csv", "trainer.max_steps=8", run], tmp_path, env)
+    no_cache = run_twinkle([*FAST, "logger=csv", "trainer.max_steps=8", run], tmp_path, env)
     assert no_cache.returncode != 0
     assert "warm-start cache" in no_cache.stderr and "is missing. Restore that file" in no_cache.stderr
     status = json.loads((tmp_path / "run" / "run.json").read_text())
@@ -167,7 +127,7 @@ def test_non_finite_rewards_stop_the_run_with_a_checkpoint_and_the_cause(tmp_pat
     env = {**cli_env, "PYTHONPATH": str(Path(__file__).parent)}
     broken = "reward.functions.partial.fn._target_=reward_fixtures.nan_reward"  # debug=fast: reward=shaped
     run = f"hydra.run.dir={tmp_path / 'run'}"
-    proc = _twinkle([*FAST, "logger=csv", "optim.max_skipped_steps=2", broken, run], tmp_path, env)
+    proc = run_twinkle([*FAST, "logger=csv", "optim.max_skipped_steps=2", broken, run], tmp_path, env)
     assert proc.returncode == 1, proc.stderr[-3000:]
     status = json.loads((tmp_path / "run" / "run.json").read_text())
     assert status["status"] == "failed" and status["step"] == 2

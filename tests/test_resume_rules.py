@@ -160,13 +160,8 @@ def test_the_resume_command_quotes_what_hydra_and_the_shell_would_misread():
 def test_a_signal_ends_as_interrupted_with_the_resume_command_and_its_exit_code(tmp_path, capsys):
     job = JobInfo(tmp_path, task_overrides=["debug=fast"])
     status = RunStatus(job, seed=0)
-    preemption.install()
-    try:
-        os.kill(os.getpid(), signal.SIGINT)
-        with pytest.raises(SystemExit) as exit_:
-            end_stopped_run(status, job, "SIGINT received", 5, tmp_path / "last.ckpt", is_slurm=False)
-    finally:
-        preemption.restore()
+    with pytest.raises(SystemExit) as exit_:
+        end_stopped_run(status, job, signal.SIGINT, 5, tmp_path / "last.ckpt", is_slurm=False)
     assert exit_.value.code == 130
     data = json.loads((tmp_path / "run.json").read_text())
     assert data["status"] == "interrupted" and data["error"] == "SIGINT at optimizer step 5"
@@ -178,7 +173,9 @@ def test_a_signal_ends_as_interrupted_with_the_resume_command_and_its_exit_code(
 def test_non_finite_values_end_as_failed(tmp_path):
     status = RunStatus(JobInfo(tmp_path), seed=0)
     with pytest.raises(NonFiniteError, match="stopped at optimizer step 4: .*; checkpoint /c"):
-        end_stopped_run(status, JobInfo(tmp_path), "stopped at optimizer step 4: ...", 4, Path("/c"), False)
+        end_stopped_run(
+            status, JobInfo(tmp_path), None, 4, Path("/c"), False, "stopped at optimizer step 4: ..."
+        )
     assert json.loads((tmp_path / "run.json").read_text())["status"] == "failed"
 
 

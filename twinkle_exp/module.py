@@ -73,6 +73,7 @@ class PolicyModule(L.LightningModule):
         self.last_val: dict[str, float] = {}
         self.pending: UpdatePlan | None = None  # the rollout whose optimizer steps are not all done
         self.stop_reason: str | None = None  # why training stopped before max_steps, when it did
+        self.stop_signal: int | None = None  # the signal that stopped it (None: non-finite values)
         self.nonfinite = NonFiniteGuard(optim.max_skipped_steps)
         self._restored: dict[str, Any] | None = None  # this rank's checkpoint state, applied as it is needed
         self._skipped_for: str | None = None  # why on_before_optimizer_step skipped the current step
@@ -163,7 +164,11 @@ class PolicyModule(L.LightningModule):
             rewards, per_fn = self.rewards(prompts, rollout.completions, answers, rollout.truncated)
         except NonFiniteRewardError as exc:
             # The rollout's steps are skipped (and counted); its advantages only need to exist.
-            log.warning("optimizer steps after %d: %s; skipping this rollout's steps", self.global_step, exc)
+            log.warning(
+                "after optimizer step %d: %s; the rollout's optimizer steps are skipped",
+                self.global_step,
+                exc,
+            )
             non_finite, per_fn = "reward", {}
             rewards = torch.full((len(rollout.completions),), float("nan"))
         finite = torch.nan_to_num(rewards, nan=0.0, posinf=0.0, neginf=0.0)
@@ -288,11 +293,13 @@ class PolicyModule(L.LightningModule):
         """Whether any rank was asked to stop (decided together, so every rank stops after the same step)."""
         signum = preemption.received()
         if signum is not None and self.stop_reason is None:
-            self.stop_reason = f"{preemption.name(signum)} received"
-        stop = self.trainer.strategy.reduce_boolean_decision(self.stop_reason is not None, all=False)
-        if stop and self.stop_reason is None:
-            self.stop_reason = "another rank was stopped"
-        return stop
+            self.stop_reason, self.stop_signal = f"{preemption.name(signum)} received", signum
+        if not self.trainer.strategy.reduce_boolean_decision(self.stop_reason is not None, all=False):
+            return False
+        # Every rank takes the first stopped rank's reason, so all of them end the run the same way.
+        reasons = rng_state.gather_per_rank((self.stop_reason, self.stop_signal))
+        self.stop_reason, self.stop_signal = next(r for r in reasons if r[0] is not None)
+        return True
 
     def _optimizer_step(
         self, plan: UpdatePlan, b: RolloutBatch, parts: list[torch.Tensor], sampler_gap: bool

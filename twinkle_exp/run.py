@@ -120,7 +120,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     is_slurm = SLURMEnvironment.detect()
     try:
         if preemption.received() is not None:  # during the imports: nothing to lose, say so and go
-            end_stopped_run(status, job, "signal", start.step, start.checkpoint, is_slurm)
+            end_stopped_run(status, job, preemption.received(), start.step, start.checkpoint, is_slurm)
         config = OmegaConf.to_container(cfg, resolve=True)
         resume.check_config(start, config)
         resume.check_warmup_cache(start)
@@ -175,9 +175,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         # Stopped before it wrote a checkpoint of its own: the one it resumed from is still the latest.
         saved = checkpoints is not None and checkpoints.path.exists()
         checkpoint = checkpoints.path if saved else start.checkpoint
-        if trainer.global_step < t.max_steps and (module.stop_reason or preemption.received()):
-            reason = module.stop_reason or f"{preemption.name(preemption.received())} received"
-            end_stopped_run(status, job, reason, trainer.global_step, checkpoint, is_slurm)
+        if trainer.global_step < t.max_steps and module.stop_reason is not None:
+            end_stopped_run(
+                status, job, module.stop_signal, trainer.global_step, checkpoint, is_slurm, module.stop_reason
+            )
+        if trainer.global_step < t.max_steps and preemption.received() is not None:  # before training
+            end_stopped_run(status, job, preemption.received(), trainer.global_step, checkpoint, is_slurm)
         final = module.log_validation()  # also the first validation when no step ran (max_steps=0)
         first = module.first_val
         for logger in loggers:

@@ -13,6 +13,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+
 from twinkle_exp import preemption
 from twinkle_exp.nonfinite import NonFiniteError
 from twinkle_exp.tracking import JobInfo, RunStatus
@@ -51,21 +53,28 @@ def resume_command(job: JobInfo, argv: list[str] | None = None) -> str:
 
 
 def end_stopped_run(
-    status: RunStatus, job: JobInfo, reason: str, step: int, checkpoint: Path | None, is_slurm: bool
+    status: RunStatus,
+    job: JobInfo,
+    signum: int | None,
+    step: int,
+    checkpoint: Path | None,
+    is_slurm: bool,
+    reason: str = "",
 ) -> None:
-    """Record and announce a run stopped at optimizer `step` for `reason`, then raise what ends the process."""
+    """Record and announce a run stopped at optimizer `step` by `signum` (None: non-finite values, `reason`
+    says which), then raise what ends the process."""
     where = (
         f"checkpoint {checkpoint}" if checkpoint else "no checkpoint yet: a resume starts from the beginning"
     )
-    signum = preemption.received()
-    if signum is None:  # not a signal: non-finite values
+    if signum is None:
         message = f"{reason}; {where}"
         status.finish(
             "failed", error=f"NonFiniteError: {message}", checkpoint=checkpoint and str(checkpoint), step=step
         )
         raise NonFiniteError(message)
     command = resume_command(job)
-    requeued = preemption.requeue_on_slurm(signum, is_slurm)
+    # One requeue per job: global rank 0's (the other ranks end with it).
+    requeued = rank_zero_only.rank == 0 and preemption.requeue_on_slurm(signum, is_slurm)
     status.finish(
         "interrupted",
         error=f"{preemption.name(signum)} at optimizer step {step}",

@@ -175,6 +175,10 @@ class RunStatus:
         return self.data["wandb_id"]
 
     def _write(self) -> None:
+        from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+        if rank_zero_only.rank != 0:  # under DDP every rank runs this; one writer, or attempts multiply
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.data, indent=2))
