@@ -62,6 +62,22 @@ def test_a_run_stopped_mid_rollout_resumes_to_the_same_metrics_and_weights(tmp_p
 
 
 @pytest.mark.slow
+def test_a_run_extended_past_a_rollout_that_max_steps_cut_short_finishes_that_rollout(tmp_path):
+    whole = _module()
+    fit_resumable(whole, tmp_path / "whole", STEPS)
+    first = _module()
+    fit_resumable(first, tmp_path / "split", 6)  # max_steps=6 cuts rollout 2 after 2 of its 4 steps
+    assert first.rollouts_done == 2 and first.pending is None  # this run logged the cut rollout
+    saved = torch.load(last_checkpoint(tmp_path / "split"), weights_only=False)
+    assert saved["twinkle_module"]["rollouts_done"] == 1  # the checkpoint kept it pending
+    second = _module()
+    fit_resumable(second, tmp_path / "split", STEPS, resume=True)
+    assert csv_rows(tmp_path / "split" / "metrics.csv") == csv_rows(tmp_path / "whole" / "metrics.csv")
+    a, b = weights(whole), weights(second)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
 def test_the_checkpoint_holds_every_state_a_resume_needs(tmp_path):
     module = _module()
     signal_at_loss_call(module, call=3)

@@ -147,8 +147,21 @@ class PolicyModule(L.LightningModule):
         start = time.perf_counter()
         self._update(plan)
         plan.seconds[M.TIME_UPDATE] = plan.seconds.get(M.TIME_UPDATE, 0.0) + time.perf_counter() - start
-        if plan.done or self.global_step >= self.trainer.max_steps:
+        if plan.done:
             self._finish_rollout(plan)
+            self.pending = None
+
+    def on_train_end(self) -> None:
+        self.finish_cut_rollout()
+
+    def finish_cut_rollout(self) -> None:
+        """Log the rollout that trainer.max_steps cut short, once the end-of-training checkpoint is written.
+
+        The checkpoint keeps that rollout pending, so a resume with a larger max_steps finishes its steps as
+        a longer run would have; this run logs its metrics now (a resume drops that row and logs it again).
+        """
+        if self.pending is not None and self.global_step >= self.trainer.max_steps:
+            self._finish_rollout(self.pending, in_step=False)
             self.pending = None
 
     def _plan_rollout(self, batch: dict[str, list[str]]) -> UpdatePlan:
@@ -207,7 +220,7 @@ class PolicyModule(L.LightningModule):
             seconds=dict(timer.seconds),
         )
 
-    def _finish_rollout(self, plan: UpdatePlan) -> None:
+    def _finish_rollout(self, plan: UpdatePlan, in_step: bool = True) -> None:
         """Log the rollout's own metrics at the step that ends its updates."""
         timer = StageTimer()
         timer.seconds.update(plan.seconds)
@@ -216,7 +229,8 @@ class PolicyModule(L.LightningModule):
             rollout, plan.rewards, plan.per_fn, plan.adv, timer, epochs=self.optim_cfg.mu
         )
         log_metrics(self.loggers, metrics | {M.ROLLOUT_INDEX: float(self.rollouts_done)}, self.global_step)
-        self.log("reward", plan.rewards.mean(), prog_bar=True, logger=False)
+        if in_step:  # the progress bar; Lightning refuses self.log outside a training step
+            self.log("reward", plan.rewards.mean(), prog_bar=True, logger=False)
         self.rollouts_done += 1
         if self.rollouts_done % self.trainer_cfg.samples_every == 0:
             prompts, answers = rollout.per_row(plan.prompts), rollout.per_row(plan.answers)

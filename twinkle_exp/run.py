@@ -170,6 +170,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                 train_dataloaders=DataLoader(stream, batch_size=None),
                 ckpt_path=None if start.checkpoint is None else str(start.checkpoint),
             )
+        module.finish_cut_rollout()  # when resumed at max_steps, fit ran no hook that would have
         for logger in loggers:
             logger.save()
         # Stopped before it wrote a checkpoint of its own: the one it resumed from is still the latest.
