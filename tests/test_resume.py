@@ -15,7 +15,7 @@ from twinkle_exp.checkpointing import last_checkpoint
 from twinkle_exp.data import PromptStream
 from twinkle_exp.loss import GRPOLoss
 from twinkle_exp.tasks import AdditionTask
-from twinkle_exp.update_plan import UpdatePlan
+from twinkle_exp.update_plan import UpdatePlan, shuffled_steps
 
 STEPS = 16  # 4 rollouts of mu=2 x num_minibatches=2 optimizer steps
 
@@ -109,3 +109,12 @@ def test_the_prompt_stream_started_at_a_rollout_replays_the_same_prompts():
     assert [next(later), next(later)] == expected[5:7]
     with pytest.raises(ValueError, match="start rollout must be >= 0"):
         PromptStream(task, 4, seed=3, start=-1)
+
+
+def test_each_epoch_of_a_plan_covers_every_row_once_in_near_equal_minibatches():
+    steps = shuffled_steps(16, epochs=2, num_minibatches=3, generator=torch.Generator().manual_seed(0))
+    assert [len(rows) for rows in steps] == [6, 5, 5, 6, 5, 5]
+    for epoch in (steps[:3], steps[3:]):
+        assert sorted(torch.cat(epoch).tolist()) == list(range(16))
+    again = shuffled_steps(16, epochs=2, num_minibatches=3, generator=torch.Generator().manual_seed(0))
+    assert all(torch.equal(a, b) for a, b in zip(steps, again, strict=True))

@@ -15,10 +15,13 @@ register_configs()
 def _main(cfg: DictConfig) -> float:
     # Before the slow imports: a signal from here on stops the run cleanly, with run.json saying so.
     preemption.install()
-    from twinkle_exp.run import train  # heavy imports after Hydra has parsed --help and overrides
+    try:
+        from twinkle_exp.run import train  # heavy imports after Hydra has parsed --help and overrides
 
-    # The return value is what Hydra's Optuna sweeper maximises.
-    return train(cfg)["accuracy_after"]
+        # The return value is what Hydra's Optuna sweeper maximises.
+        return train(cfg)["accuracy_after"]
+    finally:
+        preemption.restore()  # whatever happened: the next job of a sweep, or the shell, gets them back
 
 
 def main() -> None:

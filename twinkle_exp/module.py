@@ -24,7 +24,7 @@ from twinkle_exp.rollout_metrics import StageTimer, rollout_metrics
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking import log_metrics, log_samples
 from twinkle_exp.update_metrics import StepMetrics
-from twinkle_exp.update_plan import UpdatePlan
+from twinkle_exp.update_plan import UpdatePlan, shuffled_steps
 
 log = logging.getLogger(__name__)
 
@@ -193,15 +193,14 @@ class PolicyModule(L.LightningModule):
         start = time.perf_counter()
         opt = self.optim_cfg
         n = rollout.input_ids.shape[0]
-        epochs = [
-            torch.randperm(n, generator=self._shuffler).tensor_split(opt.num_minibatches)
-            for _ in range(opt.mu)
-        ]
+        steps = shuffled_steps(n, opt.mu, opt.num_minibatches, self._shuffler)
         old_logps = rollout.old_logps
         if self._recompute_old_logps:
             self.policy.eval()
+            # The first epoch's minibatches cover every row, in the first optimizer step's micro-batches.
             micro = opt.micro_batch_size or n
-            first_step_split = [part.to(self.device) for rows in epochs[0] for part in rows.split(micro)]
+            first_epoch = steps[: opt.num_minibatches]
+            first_step_split = [part.to(self.device) for rows in first_epoch for part in rows.split(micro)]
             old_logps = recompute_old_logps(
                 self.policy, rollout, first_step_split, self.rollout_cfg.temperature
             )
@@ -215,7 +214,7 @@ class PolicyModule(L.LightningModule):
             adv=adv,
             old_logps=old_logps,
             ref_logps=ref_logps,
-            steps=[rows for epoch in epochs for rows in epoch],
+            steps=steps,
             non_finite=non_finite,
             seconds=dict(timer.seconds),
         )
@@ -279,12 +278,11 @@ class PolicyModule(L.LightningModule):
         # Under 16-mixed an inf gradient is the loss scaler's business (it skips the step and scales down).
         if getattr(self.trainer.precision_plugin, "scaler", None) is None:
             self.nonfinite.watch("gradient", self._grad_norm)
-        quantity = self.nonfinite.first_non_finite()
-        # Every rank skips the step, or none does: the weights must stay the same on all of them.
-        if self.trainer.strategy.reduce_boolean_decision(quantity is not None, all=False):
+        self._skipped_for = self.nonfinite.decide(
+            lambda bad: self.trainer.strategy.reduce_boolean_decision(bad, all=False)
+        )
+        if self._skipped_for is not None:
             optimizer.zero_grad(set_to_none=True)  # the optimizer skips parameters without a gradient
-            quantity = quantity or "value on another rank"
-        self._skipped_for = quantity
 
     def _update(self, plan: UpdatePlan) -> None:
         """The plan's remaining optimizer steps, each logged at its own step.
@@ -338,7 +336,8 @@ class PolicyModule(L.LightningModule):
                 temperature=self.rollout_cfg.temperature,
                 with_entropy=True,
             )
-            self.nonfinite.watch("log-prob", logps[mask[part]])
+            # masked_fill, not logps[mask]: boolean indexing would wait for the GPU on every micro-batch.
+            self.nonfinite.watch("log-prob", logps.detach().masked_fill(~mask[part], 0.0))
             out = self.loss_fn(
                 logps=logps,
                 labels=b.labels[part],

@@ -8,6 +8,7 @@ it stops with a checkpoint of the last good weights and a message naming where i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -49,6 +50,17 @@ class NonFiniteGuard:
         names = {quantity for (quantity, _), is_bad in zip(self._checks, bad, strict=True) if is_bad}
         self._checks.clear()
         return next((q for q in QUANTITIES if q in names), None)
+
+    def decide(self, any_rank: Callable[[bool], bool]) -> str | None:
+        """Whether to skip this step (the first non-finite quantity, or None), agreed by every rank.
+
+        `any_rank(flag)` is True when `flag` is True on any rank (Lightning's reduce_boolean_decision): every
+        rank skips the step or none does, or the ranks' weights would part.
+        """
+        quantity = self.first_non_finite()
+        if any_rank(quantity is not None):
+            return quantity or "value on another rank"
+        return None
 
     def record(self, step: int, quantity: str | None) -> bool:
         """Count optimizer step `step` as skipped for `quantity` (None: it was applied); True: stop the run."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import warnings
@@ -13,6 +14,7 @@ from hydra.utils import instantiate
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
@@ -164,12 +166,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             num_sanity_val_steps=0,
         )
         stream = PromptStream(module.task, typed.rollout.prompts_per_step, typed.seed, start.rollouts_done)
-        if preemption.received() is None:  # a signal during the warm-start: stop before training
-            trainer.fit(
-                module,
-                train_dataloaders=DataLoader(stream, batch_size=None),
-                ckpt_path=None if start.checkpoint is None else str(start.checkpoint),
-            )
+        # A SIGTERM before on_train_start takes the handler back from Lightning makes Lightning raise an
+        # exception that would exit 0; the signal our handler recorded is dealt with below instead.
+        if preemption.received() is None:  # else: a signal during the warm-start, stop before training
+            with contextlib.suppress(SIGTERMException):
+                trainer.fit(
+                    module,
+                    train_dataloaders=DataLoader(stream, batch_size=None),
+                    ckpt_path=None if start.checkpoint is None else str(start.checkpoint),
+                )
         module.finish_cut_rollout()  # when resumed at max_steps, fit ran no hook that would have
         for logger in loggers:
             logger.save()

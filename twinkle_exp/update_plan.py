@@ -57,6 +57,18 @@ class UpdatePlan:
         return cls(**values)
 
 
+def shuffled_steps(
+    rows: int, epochs: int, num_minibatches: int, generator: torch.Generator
+) -> list[torch.Tensor]:
+    """Each optimizer step's row indices: `epochs` shuffles of `rows` rows, each split into `num_minibatches`
+    parts whose sizes differ by at most one. `[n_i]` long tensors on the CPU, in the order they run."""
+    return [
+        part
+        for _ in range(epochs)
+        for part in torch.randperm(rows, generator=generator).tensor_split(num_minibatches)
+    ]
+
+
 def _map_tensors(plan: UpdatePlan, fn) -> UpdatePlan:
     rollout = dataclasses.replace(
         plan.rollout,
