@@ -58,14 +58,19 @@ def make_module(
 
 
 def fit(
-    module: PolicyModule, tmp_path: Path, max_steps: int, precision: str = "32-true"
+    module: PolicyModule,
+    tmp_path: Path,
+    max_steps: int,
+    precision: str = "32-true",
+    plugins: list | None = None,
 ) -> list[dict[str, str]]:
-    """Train for `max_steps` optimizer steps; returns the rows of metrics.csv."""
+    """Train for `max_steps` optimizer steps (`plugins`: e.g. a precision plugin); returns metrics.csv's rows."""
     trainer = L.Trainer(
         max_steps=max_steps,
         accelerator="cpu",
         devices=1,
-        precision=precision,
+        precision=None if plugins else precision,
+        plugins=plugins,
         logger=CSVLogger(str(tmp_path), name="", version=""),
         enable_progress_bar=False,
         enable_checkpointing=False,

@@ -115,21 +115,20 @@ def test_sapo_tau_reaches_config_csv_and_wandb(run_cli, tmp_path):
 )
 def test_bad_override_exits_nonzero_naming_it(overrides, names, run_cli, tmp_path):
     proc = run_cli(*overrides, "debug=fast", timeout=120)
-    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert proc.returncode == 2, proc.stdout[-2000:]  # a usage error, like every refused setting
     for name in names:
         assert name in proc.stderr, f"{name!r} not in stderr:\n{proc.stderr}"
     assert not list(tmp_path.glob("outputs/*/*/run.json"))  # refused at composition, before any job ran
 
 
 @pytest.mark.slow
-def test_invalid_value_fails_the_run_and_records_why(run_cli, tmp_path):
-    # Composes (SAPO's tau is a float) but the loss class refuses it: the job starts and must say why it failed.
+def test_invalid_value_is_refused_at_start_up(run_cli, tmp_path):
+    # Composes (SAPO's tau is a float) but the loss class's own check refuses it, before any job starts.
     proc = run_cli("loss=sapo", "loss.tau=-1", "debug=fast", timeout=300)
-    assert proc.returncode != 0
-    assert "tau must be > 0" in proc.stderr
-    status = json.loads((_run_dir(tmp_path) / "run.json").read_text())
-    assert status["status"] == "failed"
-    assert "tau must be > 0" in status["error"]
+    assert proc.returncode == 2
+    assert "loss.tau must be > 0, got -1" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.glob("outputs/*/*/run.json"))
 
 
 @pytest.mark.slow

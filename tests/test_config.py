@@ -20,8 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from twinkle_exp.config import register_configs
 from twinkle_exp.loss import LOSSES, PolicyGradientLoss, SAPOLoss
 from twinkle_exp.policy import Policy
-from twinkle_exp.rewards import RewardSet
-from twinkle_exp.run import build_rewards
+from twinkle_exp.rewards import RewardSet, build_rewards
 from twinkle_exp.tasks import Task
 
 register_configs()
@@ -91,7 +90,12 @@ def test_every_option_composes_with_its_yaml_values(group, option):
     else:
         _assert_subset(values, cfg[group], group)
     # Every interpolation resolves (cache_dir, Dr.GRPO's length); only the user-supplied ??? may remain.
-    missing = {("policy", "hf"): "policy.name_or_path", ("task", "jsonl"): "task.path"}
+    missing = {
+        ("policy", "hf"): "policy.name_or_path",
+        ("policy", "hf_lora"): "policy.name_or_path",
+        ("task", "jsonl"): "task.path",
+        ("task", "hf_dataset"): "task.path",
+    }
     if (group, option) in missing:
         parent, leaf = missing[(group, option)].split(".")
         assert OmegaConf.is_missing(cfg[parent], leaf)
@@ -141,8 +145,17 @@ def test_invalid_loss_value_raises_at_instantiation_naming_it():
 
 
 @pytest.mark.parametrize("option", GROUPS["task"])
-def test_task_option_instantiates_a_task(option, tmp_path):
+def test_task_option_instantiates_a_task(option, tmp_path, monkeypatch):
     overrides = [f"task={option}"]
+    if option in ("gsm8k", "hf_dataset"):  # from a local file in GSM8K's format, never the hub
+        import datasets
+        from gsm8k_helpers import gsm8k_rows, write_jsonl
+
+        monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_datasets_cache")
+        data = write_jsonl(tmp_path / "gsm8k.jsonl", gsm8k_rows(40))
+        overrides += [f"task.path={data}", "task.num_validation=8"]
+        if option == "hf_dataset":
+            overrides.append("task.answer_extractor=gsm8k")
     if option == "jsonl":
         data = tmp_path / "train.jsonl"
         data.write_text(
@@ -191,6 +204,8 @@ def test_reward_option_builds_callables(option):
     assert isinstance(rewards, RewardSet)
     assert [f.name for f in rewards.functions] == list(cfg.reward.functions)
     prompts, completions, answers = ["1+2=", "1+2=", "1+2="], ["3", "4", "3333"], ["3", "3", "3"]
+    if option == "math_format":  # its answers count only inside the tags
+        completions = [f"<answer>{c}</answer>" for c in completions]
     for term in rewards.functions:
         assert callable(term.fn)
         values = term.fn(prompts, completions, answers)
@@ -199,6 +214,9 @@ def test_reward_option_builds_callables(option):
     assert total.shape == (3,)
     assert set(per_fn) == set(cfg.reward.functions)
     assert total[0] > total[1]  # the exact answer beats a wrong one under every shipped reward
+    for term in rewards.functions:
+        if hasattr(term.fn, "close"):
+            term.fn.close()  # the math checker's worker processes
 
 
 # --- overrides that must fail at composition, naming what is wrong ------------------------------------------
@@ -236,7 +254,7 @@ def test_bad_override_raises_naming_the_problem(overrides, names):
 
 @pytest.mark.parametrize("override", ["+trainer.bogus=1", "+rollout.bogus=2", "+optim.nope=0.1"])
 def test_added_unknown_key_is_refused_at_start(override):
-    from twinkle_exp.config import check_config
+    from twinkle_exp.validation import check_config
 
     key = override[1:].split("=")[0]
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):

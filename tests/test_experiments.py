@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 import twinkle_exp.cli  # noqa: F401  (registers the config schemas, as the app does)
-from twinkle_exp.config import check_config
+from twinkle_exp.validation import check_config
 
 EXPERIMENT_DIR = Path(__file__).resolve().parents[1] / "conf" / "experiment"
 
@@ -34,6 +34,17 @@ EXPECTED = {
         "target": "twinkle_exp.loss.BNPOLoss",
         "values": {"loss.clip_range": 0.2, "loss.clip_range_high": 0.28, "loss.beta": 0.0},
         "cites": ["Yu", "DAPO", "2025", "bnpo"],
+    },
+    "dapo_entropy": {
+        "target": "twinkle_exp.loss.BNPOLoss",
+        "values": {
+            "loss.clip_range": 0.2,
+            "loss.clip_range_high": 0.28,
+            "loss.beta": 0.0,
+            "optim.mu": 1,
+            "optim.num_minibatches": 8,
+        },
+        "cites": ["Yu", "DAPO", "2025", "entropy collapse", "clip-higher"],
     },
     "sapo_paper": {
         "target": "twinkle_exp.loss.SAPOLoss",

@@ -71,17 +71,26 @@ def test_the_sampler_log_probs_are_not_on_policy_under_bf16_or_dropout(tmp_path,
     assert row[M.TRAIN + K.RATIO_MAX] - row[M.TRAIN + K.RATIO_MIN] > 1e-4, row
 
 
+def _fp16_plugins() -> list:
+    # Lightning turns `precision="16-mixed"` into bf16 on CPU; an explicit fp16 plugin keeps fp16 autocast and
+    # the GradScaler, whose scaled gradients are what clipping must not see.
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    return [MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))]
+
+
 @pytest.mark.slow
 def test_fp16_clips_the_unscaled_gradients(tmp_path):
     # A small max_grad_norm so clipping binds; fp16 autocast must give the fp32 update up to its rounding.
     runs = {}
-    for precision in ("32-true", "16-mixed"):
+    for name, plugins in (("fp32", None), ("fp16", _fp16_plugins())):
         module = make_module(LOSSES["grpo"](beta=0.0), max_grad_norm=0.05, **ON_POLICY)
-        [row] = update_rows(fit(module, tmp_path / precision, max_steps=1, precision=precision))
-        runs[precision] = (row[M.GRAD_NORM], [p.detach().clone() for p in module.policy.parameters()])
-    (norm32, weights32), (norm16, weights16) = runs["32-true"], runs["16-mixed"]
+        [row] = update_rows(fit(module, tmp_path / name, max_steps=1, plugins=plugins))
+        assert (getattr(module.trainer.precision_plugin, "scaler", None) is not None) == (name == "fp16")
+        runs[name] = (row[M.GRAD_NORM], [p.detach().clone() for p in module.policy.parameters()])
+    (norm32, weights32), (norm16, weights16) = runs["fp32"], runs["fp16"]
     assert norm32 > 0.05  # clipping was active
-    assert abs(norm16 - norm32) / norm32 < 0.05, (norm16, norm32)
+    assert abs(norm16 - norm32) / norm32 < 0.05, (norm16, norm32)  # scaled gradients would be ~65536x
     torch.manual_seed(0)
     initial = [p.detach() for p in make_module(LOSSES["grpo"](), **ON_POLICY).policy.parameters()]
     moved = sum(float((w - p).abs().sum()) for w, p in zip(weights32, initial, strict=True))

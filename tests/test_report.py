@@ -1,4 +1,5 @@
-"""The sweep report on a hand-built sweep: numbers checked against values computed by hand."""
+"""The sweep report on hand-built sweeps: numbers checked against values computed by hand, statuses, data
+problems, grouping over several directories. Statistics, checks and run summaries have their own test files."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ from matplotlib.image import imread
 
 from twinkle_exp.report.__main__ import main
 from twinkle_exp.report.aggregate import curve, summarize
-from twinkle_exp.report.runs import load_metrics, load_sweep
+from twinkle_exp.report.metrics_csv import read_metrics
+from twinkle_exp.report.runs import load_runs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 GRPO = "loss=grpo, trainer.max_steps=10"
 SAPO = "loss=sapo, loss.tau=0.5, trainer.max_steps=10"
+# Comparisons and plots name variants without the overrides they all share (trainer.max_steps=10).
+GRPO_SHORT, SAPO_SHORT = "loss=grpo", "loss=sapo, loss.tau=0.5"
 HEADER = [
     "epoch",
     "step",
@@ -107,8 +111,8 @@ def sweep(tmp_path: Path) -> Path:
     write_job(
         root, "loss=sapo,loss.tau=0.5,seed=0", [*sapo, "seed=0"], status="finished", rows=rows, wall=50.0
     )
-    # Seed 1 validated at other steps (0, 4, 8) than seed 0 (0, 5, 10).
-    rows = lightning_rows({0: 0.0, 4: 0.3, 8: 0.55}, 8, kl_per_step=None)
+    # Seed 1 validated at other steps (0, 5, 8) than seed 0 (0, 5, 10), and stopped earlier.
+    rows = lightning_rows({0: 0.0, 5: 0.3, 8: 0.55}, 8, kl_per_step=None)
     write_job(
         root, "loss=sapo,loss.tau=0.5,seed=1", [*sapo, "seed=1"], status="finished", rows=rows, wall=70.0
     )
@@ -125,6 +129,11 @@ def sweep(tmp_path: Path) -> Path:
     return root
 
 
+def md_section(text: str, heading: str) -> str:
+    """The lines under `## heading`, up to the next heading."""
+    return text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
 def md_rows(text: str) -> dict[str, list[str]]:
     """Markdown table rows keyed by their first cell."""
     rows = {}
@@ -138,54 +147,152 @@ def md_rows(text: str) -> dict[str, list[str]]:
 def test_report_numbers_files_and_statuses(sweep: Path, capsys) -> None:
     assert main([str(sweep), "--threshold", "0.5"]) == 0
     out = sweep / "report"
-    for name in ("val_accuracy.png", "reward.png", "kl.png", "clip_fraction.png"):
+    for name in ("val_accuracy.png", "reward.png", "kl.png", "clip_fraction.png", "intervals.png"):
         data = (out / name).read_bytes()
         assert data.startswith(PNG_MAGIC)
         height, width, _ = imread(out / name).shape
         assert height > 300 and width > 500
+    assert not (out / "entropy.png").exists()  # no run logged train/entropy
 
-    rows = md_rows((out / "report.md").read_text())
-    # grpo: finals 0.6, 0.7 -> 65.0 ± 7.07; threshold at steps 10 and 5 (0.5 counts) -> 7.5; KL 0.02, 0.04.
-    assert rows[GRPO] == [GRPO, "2/4", "65.0 ± 7.1 (n=2)", "7.5 (2/2)", "0.03", "2 min 30 s"]
-    # sapo: finals 0.3, 0.55 -> 42.5 ± 17.68; only seed 1 reaches 0.5, at step 8; beta=0 so no KL.
-    assert rows[SAPO] == [SAPO, "2/3", "42.5 ± 17.7 (n=2)", "8.0 (1/2)", "–", "1 min 00 s"]
+    text = (out / "report.md").read_text()
+    rows = md_rows(text)
+    assert "All variants share trainer.max_steps=10; comparisons and plots leave it out" in text
+    # grpo: finals 0.6, 0.7 -> 65.0; two seeds: every bootstrap mean lies in 0.6..0.7, each end with
+    # probability 1/4, so the 95% percentile interval is [60, 70]. AUC: (5 (0.1+0.4)/2 + 5 (0.4+0.6)/2) / 10
+    # = 0.375 and 0.475 -> 42.5 [37.5, 47.5]. Threshold at steps 10 and 5 -> 7.5; KL 0.02, 0.04 -> 0.03.
+    assert rows[GRPO] == [
+        GRPO,
+        "2/4",
+        "65.0 [60.0, 70.0]",
+        "65.0 [60.0, 70.0]",  # IQM = mean with fewer than 4 seeds
+        "42.5 [37.5, 47.5]",
+        "42.5 [37.5, 47.5]",
+        "7.5 (2/2)",
+        "0.03",
+        "2 min 30 s",
+    ]
+    # sapo: finals 0.3, 0.55; AUC 2.0/10 = 0.2 and (5 0.15 + 3 0.425)/8 = 0.253125; only seed 1 reaches 0.5,
+    # at step 8; beta=0 so no KL.
+    assert rows[SAPO][2:7] == [
+        "42.5 [30.0, 55.0]",
+        "42.5 [30.0, 55.0]",
+        "22.7 [20.0, 25.3]",
+        "22.7 [20.0, 25.3]",
+        "8.0 (1/2)",
+    ]
+    assert rows[SAPO][7:] == ["–", "1 min 00 s"]
+
+    # One pair per score, oriented best first, with 2 vs 2 seeds: never a verdict of "higher".
+    pair = f"{GRPO_SHORT} vs {SAPO_SHORT}"
+    pairs = md_rows(md_section(text, "Pairwise comparisons: final accuracy"))
+    # Both grpo seeds (0.6, 0.7) beat both sapo seeds (0.3, 0.55): P = 1 in every resample, yet 2 vs 2
+    # seeds cannot make a permutation test reach p < 0.05, so no difference is called.
+    assert pairs[pair][1] == "1.00 [1.00, 1.00]"
+    # Differences of resampled means range over 0.6 - 0.55 .. 0.7 - 0.3, each end with probability 1/16.
+    assert pairs[pair][2] == "+22.5 [+5.0, +40.0] pp"
+    assert pairs[pair][3] == "0.333" and pairs[pair][4].startswith("not distinguishable")
+    assert "smallest possible p 0.33" in text  # 2 / C(4, 2)
 
     assert rows["grpo/seed=2"][3] == "running"
     assert rows["grpo/seed=3"][3] == "not started"
     failed = rows["loss=sapo,loss.tau=0.5,seed=2"]
     assert failed[3] == "failed" and failed[5] == "RuntimeError: CUDA out of memory"
     assert rows["grpo/seed=0"][3] == "finished" and rows["grpo/seed=0"][4] == "1 min 40 s"
-    assert "7 jobs: 4 finished, 1 running, 1 failed, 1 not started" in (out / "report.md").read_text()
+    assert "7 jobs: 4 finished, 1 running, 1 failed, 1 not started" in text
+    # The failed job's file ends mid-row: said in the report and on stderr, not hidden.
+    assert (
+        "## Data problems" in text
+        and "the last line ('0,3,,0.0') has no line end (cut short): dropped" in text
+    )
+    assert "## Checks" in text and "✓ passed: strictly on-policy updates" in text
 
     page = (out / "report.html").read_text()
     embedded = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
-    assert len(embedded) == 4
+    assert len(embedded) == 5
     assert base64.b64decode(embedded[0]) == (out / "val_accuracy.png").read_bytes()
-    assert "65.0 ± 7.1 (n=2)" in page and "CUDA out of memory" in page
+    assert "65.0 [60.0, 70.0]" in page and "CUDA out of memory" in page
 
-    terminal = capsys.readouterr().out
-    assert "65.0 ± 7.1" in terminal and str(out / "report.html") in terminal
+    captured = capsys.readouterr()
+    assert "65.0 [60.0," in captured.out and str(out / "report.html") in captured.out
+    assert "data problem:" in captured.err and "cut short" in captured.err
 
 
 def test_summary_values_and_threshold(sweep: Path) -> None:
-    stats = {s.label: s for s in summarize(load_sweep(sweep), threshold=0.5)}
+    stats = {s.label: s for s in summarize(load_runs([sweep]), threshold=0.5)}
     grpo, sapo = stats[GRPO], stats[SAPO]
-    assert grpo.accuracy_mean == pytest.approx(0.65)
-    assert grpo.accuracy_std == pytest.approx(math.sqrt(2 * 0.05**2))
-    assert sapo.accuracy_std == pytest.approx(math.sqrt(2 * 0.125**2))
+    assert grpo.final_accuracy == pytest.approx([0.6, 0.7])
+    assert grpo.scores["AUC"] == pytest.approx([0.375, 0.475])
+    assert grpo.estimates["final accuracy/mean"].value == pytest.approx(0.65)
     assert grpo.kl_mean == pytest.approx(0.03) and sapo.kl_mean is None
-    assert sapo.steps_to_threshold == [8]
-    strict = {s.label: s for s in summarize(load_sweep(sweep), threshold=0.65)}
+    assert sapo.steps_to_threshold == [8] and sapo.evaluated == 2
+    strict = {s.label: s for s in summarize(load_runs([sweep]), threshold=0.65)}
     assert strict[GRPO].steps_to_threshold == [10] and strict[SAPO].steps_to_threshold == []
 
 
 def test_loader_sparse_duplicate_and_truncated_rows(sweep: Path) -> None:
-    metrics = load_metrics(sweep / "grpo/seed=0/metrics.csv")
-    assert metrics["val/accuracy"] == [(0, 0.1), (5, 0.4), (10, 0.6)]
-    assert dict(metrics["train/reward_mean"])[3] == pytest.approx(0.3)
-    partial = load_metrics(sweep / "loss=sapo,loss.tau=0.5,seed=2/metrics.csv")
-    assert partial["train/reward_mean"][-1] == (2, pytest.approx(0.1))  # the cut row's step 3 has no reward
-    assert partial["val/accuracy"] == [(0, 0.05)]
+    metrics = read_metrics(sweep / "grpo/seed=0/metrics.csv")
+    assert metrics.series["val/accuracy"] == [(0, 0.1), (5, 0.4), (10, 0.6)]
+    assert dict(metrics.series["train/reward_mean"])[3] == pytest.approx(0.3)
+    assert metrics.problems == [] and metrics.nonfinite == {}
+    partial = read_metrics(sweep / "loss=sapo,loss.tau=0.5,seed=2/metrics.csv")
+    assert partial.series["train/reward_mean"][-1] == (2, pytest.approx(0.1))
+    assert "train/clip_ratio/low_mean" not in dict(partial.series)  # the cut row is dropped whole
+    assert partial.series["val/accuracy"] == [(0, 0.05)]
+    assert len(partial.problems) == 1 and "cut short" in partial.problems[0]
+
+
+def test_a_short_row_inside_the_file_is_dropped_and_reported(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.csv"
+    path.write_text("step,val/accuracy,train/kl\n0,0.25,0.1\n4,0.5\n8,0.75,0.3\n")
+    metrics = read_metrics(path)
+    assert metrics.series == {"val/accuracy": [(0, 0.25), (8, 0.75)], "train/kl": [(0, 0.1), (8, 0.3)]}
+    assert metrics.problems == [
+        "metrics.csv line 3: 2 cells where the header has 3 (cut short: the run stopped mid-write); "
+        "the row is dropped, its last cell may be cut"
+    ]
+
+
+def test_nonfinite_and_garbled_cells_are_counted_not_averaged(tmp_path: Path) -> None:
+    rows = lightning_rows({0: 0.2, 5: 0.6}, 5, kl_per_step=0.01)
+    rows[3]["train/kl"], rows[4]["train/kl"], rows[5]["train/reward_mean"] = "nan", "inf", "oops"
+    write_job(tmp_path, "0", ["loss=grpo", "seed=0"], status="finished", rows=rows, wall=5.0)
+    metrics = read_metrics(tmp_path / "0" / "metrics.csv")
+    assert metrics.nonfinite == {"train/kl": [rows[3]["step"], rows[4]["step"]]}
+    assert (
+        all(math.isfinite(v) for _, v in metrics.series["train/kl"]) and len(metrics.series["train/kl"]) == 3
+    )
+    assert metrics.problems == [
+        "metrics.csv: 1 cells are not numbers (first at line 7, column 'train/reward_mean'); they were skipped"
+    ]
+
+
+@pytest.mark.parametrize("damage", ["binary", "no_header", "missing"])
+def test_unreadable_metrics_are_reported_and_strict_fails(tmp_path: Path, capsys, damage: str) -> None:
+    sweep = tmp_path / "sweep"
+    write_job(
+        sweep,
+        "0",
+        ["loss=grpo", "seed=0"],
+        status="finished",
+        rows=lightning_rows({0: 0.2}, 2, None),
+        wall=1.0,
+    )
+    rows = lightning_rows({0: 0.3, 2: 0.5}, 2, None)
+    job = write_job(sweep, "1", ["loss=grpo", "seed=1"], status="finished", rows=rows, wall=1.0)
+    csv_path = job / "metrics.csv"
+    if damage == "binary":
+        csv_path.write_bytes(csv_path.read_bytes()[:120] + b"\xff\xfe\x00garbage\n")
+        expected = "metrics.csv unreadable after byte"
+    elif damage == "no_header":
+        csv_path.write_text("")
+        expected = "has no 'step' column"
+    else:
+        csv_path.unlink()
+        expected = "finished, but metrics.csv is missing"
+    assert main([str(sweep)]) == 0
+    assert expected in (sweep / "report" / "report.md").read_text()
+    assert expected in capsys.readouterr().err
+    assert main([str(sweep), "--strict"]) == 3
 
 
 def test_curve_forward_fills_within_each_runs_range() -> None:
@@ -195,8 +302,9 @@ def test_curve_forward_fills_within_each_runs_range() -> None:
     assert c.steps.tolist() == [0, 4, 5, 8, 10]
     # step 4: seed 0 still at 0.1; step 10: seed 1 stopped at 8, so only seed 0 counts.
     np.testing.assert_allclose(c.mean, [0.05, 0.2, 0.25, 0.375, 0.3])
-    np.testing.assert_allclose(c.low, [0.0, 0.1, 0.2, 0.2, 0.3])
-    np.testing.assert_allclose(c.high, [0.1, 0.3, 0.3, 0.55, 0.3])
+    # Band: the bootstrap interval of the mean of 2 seeds is their min..max; with 1 seed there is none.
+    np.testing.assert_allclose(c.low, [0.0, 0.1, 0.2, 0.2, np.nan])
+    np.testing.assert_allclose(c.high, [0.1, 0.3, 0.3, 0.55, np.nan])
 
 
 def test_missing_metric_skips_plot_and_out_dir(tmp_path: Path) -> None:
@@ -207,8 +315,90 @@ def test_missing_metric_skips_plot_and_out_dir(tmp_path: Path) -> None:
     assert not (sweep / "report").exists()
     assert not (out / "kl.png").exists() and (out / "val_accuracy.png").is_file()
     text = (out / "report.md").read_text()
-    assert "skipped, no run logged `train/kl`" in text
+    assert "skipped, no run logged train/kl" in text
     assert md_rows(text)["loss=sapo"][2] == "60.0 (n=1)"
+    assert "1 vs" not in text  # one variant: no pairs
+
+
+def two_sweeps(tmp_path: Path) -> tuple[Path, Path]:
+    """A first sweep (seeds 0, 1) and a later one adding seed 2, with the loss written two ways."""
+    first, later = tmp_path / "multirun" / "first", tmp_path / "multirun" / "later"
+    for seed, acc in ((0, 0.5), (1, 0.6)):
+        rows = lightning_rows({0: 0.1, 10: acc}, 10, None)
+        write_job(
+            first,
+            f"{seed}_loss=sapo",
+            ["loss=sapo", "loss.tau=0.5", f"seed={seed}"],
+            status="finished",
+            rows=rows,
+            wall=1.0,
+        )
+        rows = lightning_rows({0: 0.1, 10: acc - 0.2}, 10, None)
+        write_job(
+            first, f"{seed}_loss=grpo", ["loss=grpo", f"seed={seed}"], status="finished", rows=rows, wall=1.0
+        )
+    rows = lightning_rows({0: 0.1, 10: 0.7}, 10, None)
+    job = write_job(
+        later,
+        "0_loss=sapo",
+        ["loss=sapo", "loss.tau=0.50", "seed=2", "trainer.max_steps=10"],
+        status="finished",
+        rows=rows,
+        wall=1.0,
+    )
+    # The later sweep's resolved config and Hydra's choices, as Hydra writes them beside overrides.yaml.
+    (job / ".hydra" / "config.yaml").write_text("loss:\n  _target_: twinkle_exp.loss.SAPOLoss\n  tau: 0.5\n")
+    (job / ".hydra" / "hydra.yaml").write_text("hydra:\n  runtime:\n    choices:\n      loss: sapo\n")
+    return first, later
+
+
+def test_group_by_merges_seeds_across_sweep_directories(tmp_path: Path) -> None:
+    first, later = two_sweeps(tmp_path)
+    out = tmp_path / "combined"
+    assert main([str(first), str(later), "--group-by", "loss,loss.tau", "--out", str(out)]) == 0
+    rows = md_rows((out / "report.md").read_text())
+    # sapo: seeds 0, 1 from the first sweep and seed 2 from the later one (tau written 0.50 there, 0.5 in
+    # its config): 0.5, 0.6, 0.7 -> 60.0, and with 3 seeds the percentile interval is min..max.
+    assert rows["loss=sapo, loss.tau=0.5"][1:3] == ["3/3", "60.0 [50.0, 70.0]"]
+    assert rows["loss=grpo"][1:3] == ["2/2", "35.0 [30.0, 40.0]"]  # GRPO has no tau: left out of its label
+    assert "first/0_loss=sapo" in rows and "later/0_loss=sapo" in rows  # job names relative to multirun/
+
+
+def test_a_seed_run_twice_is_counted_and_said(tmp_path: Path, capsys) -> None:
+    first, later = two_sweeps(tmp_path)
+    rows = lightning_rows({0: 0.1, 10: 0.4}, 10, None)
+    write_job(later, "1_loss=grpo", ["loss=grpo", "seed=0"], status="finished", rows=rows, wall=1.0)
+    out = tmp_path / "combined"
+    assert main([str(first), str(later), "--group-by", "loss", "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert md_rows(text)["loss=grpo"][1] == "3/3"
+    assert "later/1_loss=grpo: seed 0 of loss=grpo also ran in first/0_loss=grpo" in text
+
+
+def test_default_grouping_keeps_differently_written_overrides_apart(tmp_path: Path) -> None:
+    first, later = two_sweeps(tmp_path)
+    out = tmp_path / "combined"
+    assert main([str(first), str(later), "--out", str(out)]) == 0
+    labels = {row[0] for row in md_rows((out / "report.md").read_text()).values()}
+    assert {"loss=sapo, loss.tau=0.5", "loss=sapo, loss.tau=0.50, trainer.max_steps=10"} <= labels
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--group-by", "loss.tua", "--out", "o"], "no run has 'loss.tua'"),
+        (["--group-by", "loss,,seed", "--out", "o"], "--group-by takes comma-separated config keys"),
+        (["--group-by", "seed", "--out", "o"], "seeds are what is averaged"),
+        (["--score", "train/nope", "--out", "o"], "--score train/nope: no run logged this metric"),
+        ([], "--out is required when several directories are compared"),
+    ],
+)
+def test_usage_errors_name_the_problem(tmp_path: Path, capsys, argv: list[str], message: str) -> None:
+    first, later = two_sweeps(tmp_path)
+    assert main([str(first), str(later), *[str(tmp_path / a) if a == "o" else a for a in argv]]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("case", ["missing", "empty"])

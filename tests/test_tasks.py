@@ -7,6 +7,8 @@ from twinkle_exp.tasks import (
     TASKS,
     AdditionTask,
     Example,
+    GSM8KTask,
+    HFDatasetTask,
     JsonlTask,
     ReverseTask,
     SortDigitsTask,
@@ -33,6 +35,8 @@ def test_registry_names_and_types():
         "reverse": ReverseTask,
         "sort_digits": SortDigitsTask,
         "jsonl": JsonlTask,
+        "hf_dataset": HFDatasetTask,
+        "gsm8k": GSM8KTask,
     } == TASKS
     for name, cls in TASKS.items():
         assert issubclass(cls, Task)

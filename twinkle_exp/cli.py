@@ -1,31 +1,83 @@
-"""`python -m twinkle_exp [overrides]`: the Hydra entry point."""
+"""`python -m twinkle_exp [overrides]`: the Hydra entry point.
+
+A bad setting ends here, before Lightning is imported: every problem on a line of its own, exit status 2,
+no traceback (set HYDRA_FULL_ERROR=1 for one).
+"""
 
 from __future__ import annotations
+
+import os
+import sys
 
 import hydra
 from omegaconf import DictConfig
 
 from twinkle_exp import preemption
 from twinkle_exp.config import register_configs
+from twinkle_exp.errors import UserError
+from twinkle_exp.launcher_env import rank_hydra_overrides
+from twinkle_exp.validation import check_config, override_problems
 
 register_configs()
+USAGE_ERROR = 2
+_started = False  # whether Hydra composed the config and called the task function
+
+
+def _refuse(problems: list[str]) -> None:
+    print(f"twinkle_exp: {len(problems)} problem(s) in the config:", file=sys.stderr)
+    for line in problems:
+        print(f"  {line}", file=sys.stderr)
+    sys.exit(USAGE_ERROR)
 
 
 @hydra.main(config_path="pkg://twinkle_exp.conf", config_name="config", version_base="1.3")
 def _main(cfg: DictConfig) -> float:
+    global _started
+    _started = True
+    try:
+        typed = check_config(cfg)
+    except ValueError as exc:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        _refuse(str(exc).splitlines())
+    from hydra.core.hydra_config import HydraConfig
+
+    print(
+        f"twinkle_exp: {cfg.loss._target_.rsplit('.', 1)[-1]} on {cfg.task._target_.rsplit('.', 1)[-1]}, "
+        f"{cfg.trainer.max_steps} optimizer steps -> {HydraConfig.get().runtime.output_dir}",
+        flush=True,
+    )
     # Before the slow imports: a signal from here on stops the run cleanly, with run.json saying so.
     preemption.install()
     try:
-        from twinkle_exp.run import train  # heavy imports after Hydra has parsed --help and overrides
+        from twinkle_exp.run import train  # heavy imports (Lightning) after the config is known to be good
 
         # The return value is what Hydra's Optuna sweeper maximises.
-        return train(cfg)["accuracy_after"]
+        return train(cfg, typed)["accuracy_after"]
+    except UserError as exc:  # run.json has the same line
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"twinkle_exp: {exc}", file=sys.stderr)
+        sys.exit(USAGE_ERROR)
     finally:
         preemption.restore()  # whatever happened: the next job of a sweep, or the shell, gets them back
 
 
 def main() -> None:
-    _main()
+    sys.argv += rank_hydra_overrides()  # torchrun/srun ranks > 0 share rank 0's directory quietly
+    problems = override_problems(sys.argv[1:])
+    if problems:
+        _refuse(problems)
+    try:
+        _main()
+    except SystemExit as exc:
+        # Hydra exits 1 for a config it could not compose (a wrong type, an unknown key): a usage error too.
+        if exc.code == 1 and not _started:
+            sys.exit(USAGE_ERROR)
+        raise
+    except KeyboardInterrupt:
+        print("twinkle_exp: interrupted", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

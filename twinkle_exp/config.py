@@ -22,15 +22,28 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
+from twinkle_exp.advantages import SCALES
 from twinkle_exp.loss import LOSSES
+from twinkle_exp.loss.params import (
+    at_most,
+    finite,
+    int_at_least,
+    non_negative,
+    one_of,
+    optional,
+    param,
+    positive,
+    positive_int,
+)
 from twinkle_exp.policy import POLICIES
 from twinkle_exp.tasks import TASKS
 
 # Where the experiment's defaults differ from the library's: the classes default to no KL penalty, the
 # experiment penalises it a little, so GRPO-style runs look like the papers'.
 LOSS_EXPERIMENT_DEFAULTS = {"beta": 0.01}
+OLD_LOGPS_MODES = ("auto", "recompute", "sampler")
+WANDB_MODES = ("online", "offline", "disabled", "shared")
 
 
 @dataclass
@@ -41,76 +54,92 @@ class RewardTermConfig:
 
 @dataclass
 class RewardConfig:
-    functions: dict[str, RewardTermConfig] = field(default_factory=dict)
+    # {name: {fn: <Hydra node>, weight: float}}. Typed Any, not RewardTermConfig: Hydra cannot add a typed
+    # entry from the command line (`+reward.functions.mine={fn: ..., weight: 0.5}`); the start-up check
+    # validates each term and `__post_init__` types it.
+    functions: dict[str, Any] = field(default_factory=dict)
     # The most a completion cut off at max_new_tokens without EOS can score; null: no cap.
-    truncated_max: float | None = 0.0
+    truncated_max: float | None = param(0.0, optional(finite))
+
+    def __post_init__(self) -> None:
+        self.functions = {
+            name: term if isinstance(term, RewardTermConfig) else RewardTermConfig(**term)
+            for name, term in self.functions.items()
+        }
 
 
 @dataclass
 class RolloutConfig:
-    prompts_per_step: int = 16
-    group_size: int = 8
-    temperature: float = 1.0
-    top_k: int = 0  # 0: no top-k filter
-    top_p: float = 1.0
-    max_new_tokens: int = 8
+    prompts_per_step: int = param(
+        16, positive_int
+    )  # per rollout over all data-parallel ranks; each samples its share
+    group_size: int = param(8, int_at_least(2))  # one sample per prompt has no group to compare against
+    temperature: float = param(1.0, positive)
+    top_k: int = param(0, int_at_least(0))  # 0: no top-k filter
+    top_p: float = param(1.0, at_most(1.0, positive))
+    max_new_tokens: int = param(8, positive_int)
 
 
 @dataclass
 class AdvantageConfig:
-    scale: str = "group"  # group | batch | none
-    eps: float = 1e-6
+    scale: str = param("group", one_of(SCALES))  # group | batch | none
+    eps: float = param(1e-6, non_negative)
 
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-4
-    weight_decay: float = 0.0
+    lr: float = param(1e-4, positive)
+    weight_decay: float = param(0.0, non_negative)
     betas: tuple[float, float] = (0.9, 0.99)
-    warmup_steps: int = 0  # linear learning-rate warm-up, in optimizer steps
-    max_grad_norm: float | None = 1.0  # on unscaled gradients; 0 or null: no clipping (as in TRL)
-    mu: int = 2  # epochs over each rollout: > 1 makes ratios leave 1, so clipping matters
-    num_minibatches: int = 2  # optimizer steps per epoch
+    warmup_steps: int = param(0, int_at_least(0))  # linear learning-rate warm-up, in optimizer steps
+    # On unscaled gradients; 0 or null: no clipping (as in TRL).
+    max_grad_norm: float | None = param(1.0, optional(non_negative))
+    mu: int = param(
+        2, positive_int
+    )  # epochs over each rollout: > 1 makes ratios leave 1, so clipping matters
+    num_minibatches: int = param(2, positive_int)  # optimizer steps per epoch
     # Sequences per backward (gradient accumulation); None: the whole minibatch at once.
-    micro_batch_size: int | None = None
+    micro_batch_size: int | None = param(None, optional(positive_int))
     # Where the loss's old log-probs come from: "recompute" them with the update's own forward (no grad,
     # before the first update of the rollout), keep the "sampler"'s, or "auto": recompute whenever the two
     # can differ numerically (a precision other than 32-bit, or a model with dropout).
-    old_logps: str = "auto"
+    old_logps: str = param("auto", one_of(OLD_LOGPS_MODES))
     # Apply the model's dropout in the update (train mode). Off by default, so an on-policy ratio is exactly 1.
     update_dropout: bool = False
     # A step with a non-finite reward, advantage, log-prob, loss or gradient is skipped (train/skipped_steps);
     # this many in a row stop the run with a checkpoint and a message naming the first non-finite quantity.
-    max_skipped_steps: int = 10
+    max_skipped_steps: int = param(10, positive_int)
 
 
 @dataclass
 class WarmupConfig:
     enabled: bool = True
     # Short on purpose: RL should start from a policy that is right sometimes, not already converged.
-    steps: int = 80
-    batch_size: int = 64
-    lr: float = 1e-3
+    steps: int = param(80, int_at_least(0))
+    batch_size: int = param(64, positive_int)
+    lr: float = param(1e-3, positive)
     seed: int = 0  # separate from the RL seed, so every seed of a sweep starts from the same policy
     cache_dir: str = "${oc.env:TWINKLE_CACHE,${oc.env:HOME,.}/.cache/twinkle_exp}"
 
 
 @dataclass
 class TrainerConfig:
-    max_steps: int = 400  # optimizer steps (each rollout gives mu x num_minibatches of them)
+    max_steps: int = param(400, int_at_least(0))  # optimizer steps (each rollout gives mu x num_minibatches)
     accelerator: str = "auto"
-    devices: Any = 1
-    strategy: str = "auto"
+    devices: Any = 1  # per node
+    num_nodes: int = 1
+    strategy: str = "auto"  # Lightning's (auto, ddp, ...), or fsdp2 (FSDP2, trainer=fsdp)
     precision: str = "32-true"
-    val_every: int = 10  # rollouts between greedy validations (also before the first and after the last)
-    val_batch_size: int = 128
-    samples_every: int = 25  # rollouts between tables of sample completions in wandb
+    # Rollouts between greedy validations (also before the first and after the last).
+    val_every: int = param(10, positive_int)
+    val_batch_size: int = param(128, positive_int)
+    samples_every: int = param(25, positive_int)  # rollouts between tables of sample completions in wandb
     enable_progress_bar: bool = True
     save_checkpoint: bool = True
     # Optimizer steps between checkpoints (written at the end of the rollout that reaches each multiple);
     # 0 or null: only at the end and when a signal or non-finite values stop the run. save_checkpoint=false
     # writes none at all, so a stopped run can only start again.
-    checkpoint_every: int | None = 100
+    checkpoint_every: int | None = param(100, optional(int_at_least(0)))
 
 
 @dataclass
@@ -118,7 +147,7 @@ class LoggerConfig:
     wandb: bool = True
     project: str = "twinkle_exp"
     entity: str | None = None
-    mode: str = "${oc.env:WANDB_MODE,offline}"  # offline unless the environment says otherwise
+    mode: str = param("${oc.env:WANDB_MODE,offline}", one_of(WANDB_MODES))  # offline unless the env says so
     job_type: str = "train"
     tags: list[str] = field(default_factory=list)
 
@@ -160,19 +189,24 @@ def derived_schema(target: Callable, name: str, defaults: dict[str, Any] | None 
     """
     hints_of = target if dataclasses.is_dataclass(target) else getattr(target, "__init__", target)
     hints = typing.get_type_hints(hints_of) if isinstance(target, type) else typing.get_type_hints(target)
+    checks = (
+        {f.name: f.metadata for f in dataclasses.fields(target)} if dataclasses.is_dataclass(target) else {}
+    )
     fields: list[tuple[str, Any, Any]] = [("_target_", str, field(default=import_path(target)))]
-    for param in inspect.signature(target).parameters.values():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+    for p in inspect.signature(target).parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
-        if param.name not in hints:
-            raise TypeError(f"{import_path(target)}: parameter {param.name!r} needs a type annotation")
-        default = (defaults or {}).get(param.name, param.default)
-        if default is param.empty:
+        if p.name not in hints:
+            raise TypeError(f"{import_path(target)}: parameter {p.name!r} needs a type annotation")
+        default = (defaults or {}).get(p.name, p.default)
+        if default is p.empty:
             default = MISSING
+        metadata = checks.get(p.name, {})
         if isinstance(default, (list, dict)):
-            fields.append((param.name, hints[param.name], field(default_factory=lambda d=default: d.copy())))
+            factory = lambda d=default: d.copy()  # noqa: E731
+            fields.append((p.name, hints[p.name], field(default_factory=factory, metadata=metadata)))
         else:
-            fields.append((param.name, hints[param.name], field(default=default)))
+            fields.append((p.name, hints[p.name], field(default=default, metadata=metadata)))
     return dataclasses.make_dataclass(name, fields)
 
 
@@ -191,8 +225,8 @@ def option_schemas() -> dict[str, dict[str, type]]:
     }
 
 
-# Groups whose options all share one schema; check_config re-validates them after the overrides.
-_TYPED_GROUPS = {
+# Groups whose options all share one schema (validation re-checks them: `+group.key=...` gets past Hydra).
+TYPED_GROUPS = {
     "reward": RewardConfig,
     "rollout": RolloutConfig,
     "advantage": AdvantageConfig,
@@ -210,7 +244,7 @@ def register_configs() -> None:
     for group, schemas in option_schemas().items():
         for name, node in schemas.items():
             cs.store(group=f"schema/{group}", name=name, node=node)
-    for group, node in _TYPED_GROUPS.items():
+    for group, node in TYPED_GROUPS.items():
         cs.store(group=f"schema/{group}", name="base", node=node)
 
 
@@ -219,24 +253,11 @@ OPTION_GROUPS = ("policy", "task", "loss")
 
 
 def typed_config(cfg: DictConfig) -> Config:
-    """The composed config as a `Config`: the training loop's groups as their dataclasses, read by attribute."""
-    check_config(cfg)
+    """The composed config as a `Config`: the training loop's groups as their dataclasses, read by attribute.
+
+    Check it first (`twinkle_exp.validation.check_config` does both).
+    """
     typed = OmegaConf.to_object(cfg)
     return dataclasses.replace(
         typed, **{g: OmegaConf.to_container(cfg[g], resolve=True) for g in OPTION_GROUPS}
     )
-
-
-def check_config(cfg: DictConfig) -> None:
-    """Refuse keys the schemas do not know, including ones added with Hydra's `+key=value`.
-
-    Hydra's struct mode already refuses `trainer.bogus=1`; `+trainer.bogus=1` gets past it, and would be
-    silently ignored. Loss, task and policy options reject unknown keys when they are instantiated.
-    """
-    for group, schema in _TYPED_GROUPS.items():
-        try:
-            OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.to_container(cfg[group], resolve=False))
-        except OmegaConfBaseException as exc:
-            raise ValueError(
-                f"config group '{group}': {exc.msg} (full key: {group}.{exc.full_key})"
-            ) from None

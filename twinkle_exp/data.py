@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Iterator
 
@@ -12,7 +11,10 @@ from twinkle_exp.tasks import Task
 
 
 class PromptStream(IterableDataset):
-    """Yields `{"prompts": [str] * n, "answers": [str] * n}` forever; each data-parallel rank draws its own.
+    """Yields `{"prompts": [str] * n, "answers": [str] * n}` forever, `n = prompts_per_rank`.
+
+    `rank` is the global data-parallel rank (Lightning's `trainer.global_rank`, which counts the nodes too):
+    every rank draws its own prompts, and a run is reproducible for a given number of ranks.
 
     `start` is the index of the first rollout to yield: a resumed run passes its checkpoint's rollout count.
     The stream replays (draws and discards) the rollouts before it rather than saving its RNG state, because
@@ -21,18 +23,29 @@ class PromptStream(IterableDataset):
     rollout's prompts costs microseconds.
     """
 
-    def __init__(self, task: Task, prompts_per_step: int, seed: int, start: int = 0) -> None:
-        if prompts_per_step < 1:
-            raise ValueError(f"rollout.prompts_per_step must be >= 1, got {prompts_per_step}")
+    def __init__(self, task: Task, prompts_per_rank: int, seed: int, rank: int = 0, start: int = 0) -> None:
+        if prompts_per_rank < 1:
+            raise ValueError(f"need at least one prompt per rank and rollout, got {prompts_per_rank}")
         if start < 0:
             raise ValueError(f"the stream's start rollout must be >= 0, got {start}")
-        self.task, self.prompts_per_step, self.seed, self.start = task, prompts_per_step, seed, start
+        self.task, self.prompts_per_rank, self.seed, self.rank = task, prompts_per_rank, seed, rank
+        self.start = start
 
     def __iter__(self) -> Iterator[dict[str, list[str]]]:
-        rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0)))
-        rng = random.Random(f"{self.seed}-{rank}")
+        rng = random.Random(f"{self.seed}-{self.rank}")
         for _ in range(self.start):
-            self.task.sample(self.prompts_per_step, rng)
+            self.task.sample(self.prompts_per_rank, rng)
         while True:
-            examples = self.task.sample(self.prompts_per_step, rng)
+            examples = self.task.sample(self.prompts_per_rank, rng)
             yield {"prompts": [e.prompt for e in examples], "answers": [e.answer for e in examples]}
+
+
+def prompts_per_rank(prompts_per_step: int, ranks: int) -> int:
+    """Each rank's share of `rollout.prompts_per_step`, the global number of prompts in a rollout."""
+    if prompts_per_step < 1 or prompts_per_step % ranks:
+        raise ValueError(
+            f"rollout.prompts_per_step={prompts_per_step} must be a positive multiple of the {ranks} "
+            f"data-parallel ranks (trainer.devices x trainer.num_nodes): it is the global batch, split "
+            f"evenly so that every rank holds whole groups"
+        )
+    return prompts_per_step // ranks

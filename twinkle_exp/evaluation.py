@@ -13,7 +13,7 @@ from twinkle_exp.tasks import Example
 
 
 @torch.no_grad()
-def greedy_accuracy(
+def greedy_totals(
     model: nn.Module,
     tokenizer: Tokenizer,
     examples: list[Example],
@@ -21,8 +21,10 @@ def greedy_accuracy(
     *,
     max_new_tokens: int,
     batch_size: int,
-) -> dict[str, float]:
-    """Exact-match accuracy and mean total reward of greedy completions; restores the model's mode."""
+) -> torch.Tensor:
+    """`[3]` float64 on the model's device: exact matches, summed total reward and number of `examples`,
+    of greedy completions. Sums, so shares of the held-out set decoded on different ranks add up.
+    Restores the model's mode."""
     was_training = model.training
     model.eval()
     correct, reward_sum = 0.0, 0.0
@@ -38,4 +40,11 @@ def greedy_accuracy(
         except NonFiniteRewardError:  # the accuracy still counts; the mean reward is NaN, as its inputs
             reward_sum = float("nan")
     model.train(was_training)
-    return {M.VAL_ACCURACY: correct / len(examples), M.VAL_REWARD_MEAN: reward_sum / len(examples)}
+    device = next(model.parameters()).device
+    return torch.tensor([correct, reward_sum, len(examples)], dtype=torch.float64, device=device)
+
+
+def validation_metrics(totals: torch.Tensor) -> dict[str, float]:
+    """Accuracy and mean reward from `greedy_totals` `[3]` (summed over every share of the held-out set)."""
+    correct, reward_sum, count = totals.tolist()
+    return {M.VAL_ACCURACY: correct / count, M.VAL_REWARD_MEAN: reward_sum / count}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from typing import Any
@@ -10,23 +9,36 @@ from typing import Any
 import lightning as L
 import torch
 
+from twinkle_exp import distributed, module_state, preemption, rng_state
 from twinkle_exp import metric_names as M
-from twinkle_exp import module_state, preemption, rng_state
 from twinkle_exp.advantages import group_advantages
 from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
-from twinkle_exp.evaluation import greedy_accuracy
+from twinkle_exp.evaluation import greedy_totals, validation_metrics
+from twinkle_exp.models.hf import set_update_mode
+from twinkle_exp.models.lora import is_lora, trainable_parameters, trainable_state_dict
 from twinkle_exp.nonfinite import NonFiniteGuard
 from twinkle_exp.old_logps import has_dropout, recompute_old_logps, should_recompute
 from twinkle_exp.policy import Policy, sequence_logps
+from twinkle_exp.reference import Reference
 from twinkle_exp.rewards import NonFiniteRewardError, RewardSet
 from twinkle_exp.rollout import RolloutBatch, generate
-from twinkle_exp.rollout_metrics import StageTimer, rollout_metrics
+from twinkle_exp.rollout_metrics import RolloutRows, StageTimer, rollout_metrics
+from twinkle_exp.sharding import gathered, is_sharded, shard_model
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking import log_metrics, log_samples
 from twinkle_exp.update_metrics import StepMetrics
 from twinkle_exp.update_plan import UpdatePlan, shuffled_steps
 
 log = logging.getLogger(__name__)
+
+
+def _check_minibatches(num_minibatches: int, rows: int, ranks: int) -> None:
+    """Every rank splits its share of the rollout's `rows` into `num_minibatches` non-empty minibatches."""
+    if num_minibatches > rows // ranks:
+        raise ValueError(
+            f"optim.num_minibatches={num_minibatches} is more than the {rows // ranks} samples of a rollout "
+            f"on each of the {ranks} ranks (rollout.prompts_per_step x rollout.group_size / ranks)"
+        )
 
 
 class PolicyModule(L.LightningModule):
@@ -37,6 +49,10 @@ class PolicyModule(L.LightningModule):
     `trainer.global_step` counts optimizer steps. Training can stop between any two optimizer steps (a
     signal, too many non-finite steps: `stop_reason`); the rollout's remaining steps then stay in
     `pending`, which a checkpoint holds, so a resumed run finishes them first.
+
+    Under data parallelism (DDP, FSDP2) each rank samples its own prompts' groups; advantages, the losses'
+    normalisers, the logged metrics and validation are the global batch's, so a step's result does not
+    depend on the number of ranks (README, "Scaling out").
     """
 
     def __init__(
@@ -59,18 +75,16 @@ class PolicyModule(L.LightningModule):
         self.task, self.rewards, self.seed = task, rewards, seed
         self.rollout_cfg, self.advantage_cfg = rollout, advantage
         self.optim_cfg, self.trainer_cfg = optim, trainer
-        rows = rollout.prompts_per_step * rollout.group_size
-        if optim.num_minibatches > rows:
-            raise ValueError(
-                f"optim.num_minibatches={optim.num_minibatches} is more than the {rows} samples of a rollout "
-                f"(rollout.prompts_per_step x rollout.group_size)"
-            )
+        _check_minibatches(optim.num_minibatches, rollout.prompts_per_step * rollout.group_size, ranks=1)
         # Kept in a list so Lightning neither registers it (no checkpoint, no DDP wrap) nor trains it.
-        self._reference: list[torch.nn.Module] = []
+        self._reference: list[Reference] = []
+        self._load_reference = policy.load_reference
+        self.strict_loading = not is_lora(self.policy)  # a LoRA checkpoint may hold the adapters only
         self._started = False
         self.rollouts_done = 0
         self.first_val: dict[str, float] = {}  # before the first update: the warm-start's figures
         self.last_val: dict[str, float] = {}
+        self.last_val_step = -1
         self.pending: UpdatePlan | None = None  # the rollout whose optimizer steps are not all done
         self.stop_reason: str | None = None  # why training stopped before max_steps, when it did
         self.stop_signal: int | None = None  # the signal that stopped it (None: non-finite values)
@@ -87,27 +101,43 @@ class PolicyModule(L.LightningModule):
         if getattr(loss_fn, "beta", 0.0) > 0 and not self._reference:
             if self._started:
                 raise ValueError("cannot switch to a loss with beta > 0 after training started: no reference")
-            reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
-            self._reference.append(reference)
+            self._reference.append(Reference.of(self.policy, self._load_reference))
         self.loss_fn = loss_fn
 
     @property
     def reference(self) -> torch.nn.Module | None:
-        return self._reference[0] if self._reference else None
+        """The reference model; with LoRA the policy itself, which the reference pass runs without adapters."""
+        return self._reference[0].model if self._reference else None
 
     def configure_optimizers(self):
         opt = self.optim_cfg
         optimizer = torch.optim.AdamW(
-            self.policy.parameters(), lr=opt.lr, betas=tuple(opt.betas), weight_decay=opt.weight_decay
+            trainable_parameters(self.policy),
+            lr=opt.lr,
+            betas=tuple(opt.betas),
+            weight_decay=opt.weight_decay,
         )
         warmup = max(1, opt.warmup_steps)
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
         return [optimizer], [schedule]
 
+    def configure_model(self) -> None:
+        # Only ModelParallelStrategy (trainer=fsdp) sets a device mesh; Lightning may call this hook again.
+        if self.device_mesh is None or is_sharded(self.policy):
+            return
+        mesh = self.device_mesh["data_parallel"]
+        shard_model(self.policy, mesh)
+        if self.reference is not None and self.reference is not self.policy:  # LoRA: the policy itself
+            shard_model(self.reference, mesh)
+
+    def setup(self, stage: str) -> None:
+        rows = self.rollout_cfg.prompts_per_step * self.rollout_cfg.group_size
+        _check_minibatches(self.optim_cfg.num_minibatches, rows, self.trainer.world_size)
+
     def on_fit_start(self) -> None:
         self._started = True
-        if self.reference is not None:
-            self.reference.to(self.device)
+        if self._reference:
+            self._reference[0].to(self.device)
         self._recompute_old_logps = should_recompute(
             self.optim_cfg.old_logps, self.trainer.precision, self.policy
         )
@@ -125,6 +155,8 @@ class PolicyModule(L.LightningModule):
 
     # --- checkpoints: counters, this rollout's remaining steps and every random state (module_state) ----
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Under LoRA only the adapters are trained: the checkpoint holds them, not the frozen base model.
+        checkpoint["state_dict"] = trainable_state_dict(self.policy, checkpoint["state_dict"], "policy.")
         checkpoint[module_state.KEY] = module_state.capture(self)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -153,6 +185,10 @@ class PolicyModule(L.LightningModule):
 
     def on_train_end(self) -> None:
         self.finish_cut_rollout()
+        if self.global_step >= self.trainer.max_steps:
+            # The final validation, inside fit but after the end-of-training checkpoint: a resumed run drops
+            # its rows with the others logged after the checkpoint, so none is logged twice.
+            self.log_validation(prog_bar=False)
 
     def finish_cut_rollout(self) -> None:
         """Log the rollout that trainer.max_steps cut short, once the end-of-training checkpoint is written.
@@ -182,9 +218,16 @@ class PolicyModule(L.LightningModule):
                 self.global_step,
                 exc,
             )
-            non_finite, per_fn = "reward", {}
+            non_finite = "reward"
             rewards = torch.full((len(rollout.completions),), float("nan"))
-        finite = torch.nan_to_num(rewards, nan=0.0, posinf=0.0, neginf=0.0)
+            # Every reward function's column, so that every rank gathers the same columns.
+            per_fn = {rf.name: rewards.clone() for rf in self.rewards.functions}
+        # Every rank computes the advantages of the global batch (its groups are whole, so only
+        # advantage=batch's std needs the others' rewards) and trains on its own rows.
+        everyone = RolloutRows(rewards, per_fn, rollout.completion_lengths, rollout.truncated).gathered()
+        if non_finite is None and not torch.isfinite(everyone.rewards).all():
+            non_finite = "reward"  # another rank's: every rank skips the same steps
+        finite = torch.nan_to_num(everyone.rewards, nan=0.0, posinf=0.0, neginf=0.0)
         adv = group_advantages(finite, rollout.group_size, self.advantage_cfg.scale, self.advantage_cfg.eps)
         if non_finite is None and not torch.isfinite(adv.advantages).all():
             non_finite = "advantage"
@@ -217,19 +260,21 @@ class PolicyModule(L.LightningModule):
             steps=steps,
             non_finite=non_finite,
             seconds=dict(timer.seconds),
+            reward_metrics=dict(self.rewards.last_metrics),
         )
 
     def _finish_rollout(self, plan: UpdatePlan, in_step: bool = True) -> None:
-        """Log the rollout's own metrics at the step that ends its updates."""
-        timer = StageTimer()
-        timer.seconds.update(plan.seconds)
+        """Log the rollout's own metrics at the step that ends its updates (every rank together)."""
         rollout = plan.rollout
-        metrics = rollout_metrics(
-            rollout, plan.rewards, plan.per_fn, plan.adv, timer, epochs=self.optim_cfg.mu
-        )
+        everyone = RolloutRows(plan.rewards, plan.per_fn, rollout.completion_lengths, rollout.truncated)
+        everyone = everyone.gathered()
+        seconds = distributed.max_over_ranks(plan.seconds)  # the slowest rank's
+        metrics = rollout_metrics(everyone, plan.adv, seconds, epochs=self.optim_cfg.mu)
+        # What the reward functions counted (math: parse failures), over every rank's completions.
+        metrics |= distributed.sum_over_ranks(plan.reward_metrics)
         log_metrics(self.loggers, metrics | {M.ROLLOUT_INDEX: float(self.rollouts_done)}, self.global_step)
         if in_step:  # the progress bar; Lightning refuses self.log outside a training step
-            self.log("reward", plan.rewards.mean(), prog_bar=True, logger=False)
+            self.log("reward", metrics[M.REWARD_MEAN], prog_bar=True, logger=False)
         self.rollouts_done += 1
         if self.rollouts_done % self.trainer_cfg.samples_every == 0:
             prompts, answers = rollout.per_row(plan.prompts), rollout.per_row(plan.answers)
@@ -244,37 +289,41 @@ class PolicyModule(L.LightningModule):
     def _rollout(self, prompts: list[str]) -> RolloutBatch:
         r = self.rollout_cfg
         self.policy.eval()
-        return generate(
-            self.policy,
-            self.tokenizer,
-            prompts,
-            group_size=r.group_size,
-            max_new_tokens=r.max_new_tokens,
-            temperature=r.temperature,
-            top_k=r.top_k,
-            top_p=r.top_p,
-            generator=self._sampler,
-        )
+        with gathered(self.policy):
+            return generate(
+                self.policy,
+                self.tokenizer,
+                prompts,
+                group_size=r.group_size,
+                max_new_tokens=r.max_new_tokens,
+                temperature=r.temperature,
+                top_k=r.top_k,
+                top_p=r.top_p,
+                generator=self._sampler,
+            )
 
     @torch.no_grad()
     def _reference_logps(self, b: RolloutBatch) -> torch.Tensor | None:
-        if self.reference is None:
+        if not self._reference:
             return None
-        logps, _ = sequence_logps(
-            self.reference,
-            b.input_ids,
-            b.attention_mask,
-            b.position_ids,
-            b.labels,
-            temperature=self.rollout_cfg.temperature,
-        )
+        with self._reference[0].weights() as reference:
+            logps, _ = sequence_logps(
+                reference,
+                b.input_ids,
+                b.attention_mask,
+                b.position_ids,
+                b.labels,
+                temperature=self.rollout_cfg.temperature,
+            )
         return logps
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Lightning calls this after it unscales AMP (16-mixed) gradients, so the norm and the clipping see
-        # the true gradients under every precision.
+        # the true gradients under every precision. The gradients are already averaged over the ranks (DDP)
+        # or sharded (FSDP2, where the norm comes back as a replicated DTensor): the norm is the global one.
         max_norm = self.optim_cfg.max_grad_norm or float("inf")  # 0 or None: measure, do not clip
-        self._grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), max_norm)
+        norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), max_norm)
+        self._grad_norm = distributed.full_value(norm)
         # Under 16-mixed an inf gradient is the loss scaler's business (it skips the step and scales down).
         if getattr(self.trainer.precision_plugin, "scaler", None) is None:
             self.nonfinite.watch("gradient", self._grad_norm)
@@ -291,7 +340,7 @@ class PolicyModule(L.LightningModule):
         stop is requested (a signal, too many non-finite steps), leaving the rest in `plan`.
         """
         b, micro = plan.rollout, self.optim_cfg.micro_batch_size or plan.rollout.input_ids.shape[0]
-        self.policy.train(self.optim_cfg.update_dropout)
+        set_update_mode(self.policy, dropout=self.optim_cfg.update_dropout)  # keeps gradient checkpointing on
         while not plan.done and self.global_step < self.trainer.max_steps:
             parts = [part.to(self.device) for part in plan.steps[plan.next_step].split(micro)]
             stats = self._optimizer_step(plan, b, parts, sampler_gap=plan.next_step == 0)
@@ -316,12 +365,21 @@ class PolicyModule(L.LightningModule):
     def _optimizer_step(
         self, plan: UpdatePlan, b: RolloutBatch, parts: list[torch.Tensor], sampler_gap: bool
     ) -> dict[str, float]:
-        """One optimizer step on the rows `parts` (its micro-batches) of `b`; returns the step's metrics."""
+        """One optimizer step on the rows `parts` (its micro-batches) of `b`; returns the step's metrics.
+
+        The losses are normalised by the global step's totals, and DDP and FSDP2 average the ranks'
+        gradients, so each rank's loss is scaled by the number of ranks: the averaged gradient is then
+        the gradient of the global batch's loss, whatever the ranks' shares of sequences and tokens.
+        """
         optimizer = self.optimizers()
         mask = b.completion_mask
         rows = torch.cat(parts)
-        totals = {"num_sequences": len(rows), "num_tokens": int(mask[rows].sum())}
-        advantages, old_logps, ref_logps = plan.adv.advantages.to(self.device), plan.old_logps, plan.ref_logps
+        seqs, tokens = distributed.step_totals(len(rows), int(mask[rows].sum()), self.device)
+        totals = {"num_sequences": seqs, "num_tokens": tokens}
+        ranks = distributed.world_size()
+        # The plan holds the global batch's advantages: this rank trains on its own rows' share.
+        mine = plan.adv.advantages.tensor_split(ranks)[distributed.rank()]
+        advantages, old_logps, ref_logps = mine.to(self.device), plan.old_logps, plan.ref_logps
         stats = StepMetrics()
         optimizer.zero_grad(set_to_none=True)
         if plan.non_finite is not None:
@@ -347,7 +405,7 @@ class PolicyModule(L.LightningModule):
                 **totals,
             )
             self.nonfinite.watch("loss", out.loss)
-            self.manual_backward(out.loss)
+            self.manual_backward(out.loss * ranks)
             gap = logps.detach() - b.old_logps[part] if sampler_gap else None
             stats.add_micro(out, mask[part], entropy, gap)
         lr = self._lr()
@@ -359,21 +417,26 @@ class PolicyModule(L.LightningModule):
 
     # --- validation --------------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
-        """Greedy decoding on the task's held-out set: exact-match accuracy and mean reward."""
-        return greedy_accuracy(
-            self.policy,
-            self.tokenizer,
-            self.task.validation_set(),
-            self.rewards,
-            max_new_tokens=self.rollout_cfg.max_new_tokens,
-            batch_size=self.trainer_cfg.val_batch_size,
-        )
+        """Greedy decoding on the task's held-out set: exact-match accuracy and mean reward.
 
-    def log_validation(self) -> dict[str, float]:
+        Each rank decodes its share of the examples and the totals are summed, so every example counts once.
+        """
+        with gathered(self.policy):
+            totals = greedy_totals(
+                self.policy,
+                self.tokenizer,
+                distributed.shard(self.task.validation_set()),
+                self.rewards,
+                max_new_tokens=self.rollout_cfg.max_new_tokens,
+                batch_size=self.trainer_cfg.val_batch_size,
+            )
+        return validation_metrics(distributed.all_reduce(totals, "sum"))
+
+    def log_validation(self, prog_bar: bool = True) -> dict[str, float]:
         """Evaluate on the held-out set and log at the current optimizer step."""
-        self.last_val = self.evaluate()
+        self.last_val, self.last_val_step = self.evaluate(), self.global_step
         self.first_val = self.first_val or self.last_val
         log_metrics(self.loggers, self.last_val, self.global_step)
-        if self._trainer is not None and self.trainer.training:
+        if prog_bar and self._trainer is not None and self.trainer.training:
             self.log("acc", self.last_val[M.VAL_ACCURACY], prog_bar=True, logger=False)
         return self.last_val

@@ -12,10 +12,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from twinkle_exp.config import OLD_LOGPS_MODES
 from twinkle_exp.policy import sequence_logps
 from twinkle_exp.rollout import RolloutBatch
 
-MODES = ("auto", "recompute", "sampler")
 FULL_PRECISION = ("32-true", "32", "64-true", "64")
 
 
@@ -34,8 +34,8 @@ def has_dropout(model: nn.Module) -> bool:
 
 def should_recompute(mode: str, precision: str, model: nn.Module) -> bool:
     """`optim.old_logps`: "auto" recomputes when the sampler and the update can differ numerically."""
-    if mode not in MODES:
-        raise ValueError(f"optim.old_logps must be one of {list(MODES)}, got {mode!r}")
+    if mode not in OLD_LOGPS_MODES:
+        raise ValueError(f"optim.old_logps must be one of {list(OLD_LOGPS_MODES)}, got {mode!r}")
     if mode != "auto":
         return mode == "recompute"
     return str(precision) not in FULL_PRECISION or has_dropout(model)

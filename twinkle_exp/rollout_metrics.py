@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
+from twinkle_exp import distributed
 from twinkle_exp import metric_names as M
 from twinkle_exp.advantages import AdvantageResult
-from twinkle_exp.rollout import RolloutBatch
 
 
 class StageTimer:
@@ -28,37 +29,55 @@ class StageTimer:
             self.seconds[key] = time.perf_counter() - start
 
 
+@dataclass
+class RolloutRows:
+    """The per-row figures of one rollout that its metrics and advantages are computed from."""
+
+    rewards: torch.Tensor  # [N] total (weighted) reward per row
+    per_fn: dict[str, torch.Tensor]  # {reward function name: [N] unweighted reward}
+    lengths: torch.Tensor  # [N] completion tokens per row, EOS included
+    truncated: torch.Tensor  # [N] bool, max_new_tokens reached without EOS
+
+    def gathered(self) -> RolloutRows:
+        """Every data-parallel rank's rows, rank 0's first (one collective): the global batch, exactly as one
+        process holding all of them would have it. Rows stay whole groups, so groups never mix."""
+        names = sorted(self.per_fn)
+        columns = [self.rewards, *(self.per_fn[n] for n in names), self.lengths, self.truncated]
+        local = torch.stack([c.detach().to("cpu", torch.float64) for c in columns], dim=1)  # [N, 3 + fns]
+        everyone = distributed.all_gather_rows(local)  # [ranks * N, 3 + fns]
+        return RolloutRows(
+            rewards=everyone[:, 0].to(self.rewards.dtype),
+            per_fn={n: everyone[:, 1 + i].to(self.per_fn[n].dtype) for i, n in enumerate(names)},
+            lengths=everyone[:, -2].long(),
+            truncated=everyone[:, -1].bool(),
+        )
+
+
 def _std(values: torch.Tensor) -> torch.Tensor:
     return values.std() if values.numel() > 1 else torch.tensor(0.0)
 
 
 def rollout_metrics(
-    rollout: RolloutBatch,
-    rewards: torch.Tensor,
-    per_fn: dict[str, torch.Tensor],
-    adv: AdvantageResult,
-    timer: StageTimer,
-    *,
-    epochs: int,
+    rows: RolloutRows, adv: AdvantageResult, seconds: dict[str, float], *, epochs: int
 ) -> dict[str, float]:
-    """Metrics of one rollout: `rewards` `[N]` total, `per_fn` `{name: [N]}` unweighted, `adv` its advantages.
+    """Metrics of one rollout from its `rows`, their advantages `adv` (`[N]`) and the stages' wall `seconds`.
 
     `epochs` (optim.mu) is how often the update went over the rollout's tokens, for the update's throughput.
     """
-    tokens = float(rollout.completion_lengths.sum())
-    t = timer.seconds
+    tokens = float(rows.lengths.sum())
+    t = seconds
     metrics = {
-        M.REWARD_MEAN: rewards.mean(),
-        M.REWARD_STD: _std(rewards),
+        M.REWARD_MEAN: rows.rewards.mean(),
+        M.REWARD_STD: _std(rows.rewards),
         M.FRAC_REWARD_ZERO_STD: adv.frac_zero_std,
         M.ADVANTAGE_MEAN: adv.advantages.mean(),
         M.ADVANTAGE_STD: _std(adv.advantages),
         M.ADVANTAGE_ABS_MEAN: adv.advantages.abs().mean(),
-        M.COMPLETION_MEAN_LENGTH: rollout.completion_lengths.float().mean(),
-        M.COMPLETION_CLIPPED_RATIO: rollout.truncated.float().mean(),
+        M.COMPLETION_MEAN_LENGTH: rows.lengths.float().mean(),
+        M.COMPLETION_CLIPPED_RATIO: rows.truncated.float().mean(),
         **t,
         M.ROLLOUT_TOKENS_PER_S: tokens / max(t[M.TIME_ROLLOUT], 1e-9),
         M.UPDATE_TOKENS_PER_S: tokens * epochs / max(t[M.TIME_UPDATE], 1e-9),
-        **{M.REWARD_PREFIX + name: values.mean() for name, values in per_fn.items()},
+        **{M.REWARD_PREFIX + name: values.mean() for name, values in rows.per_fn.items()},
     }
     return {key: float(value) for key, value in metrics.items()}

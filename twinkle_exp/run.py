@@ -21,16 +21,22 @@ from torch.utils.data import DataLoader
 from twinkle_exp import metric_names as M
 from twinkle_exp import preemption, resume
 from twinkle_exp.checkpointing import CheckpointCallback, last_checkpoint, weights_digest
-from twinkle_exp.config import Config, RewardConfig, TrainerConfig, typed_config
-from twinkle_exp.data import PromptStream
+from twinkle_exp.config import Config, TrainerConfig
+from twinkle_exp.data import PromptStream, prompts_per_rank
 from twinkle_exp.metrics_file import truncate_rows
 from twinkle_exp.module import PolicyModule
+from twinkle_exp.policy import with_task_prompt_format
 from twinkle_exp.progress import RolloutProgressBar
-from twinkle_exp.rewards import RewardFunction, RewardSet
+from twinkle_exp.ranks import SameOutputDir, check_launch
+from twinkle_exp.report.run_summary import print_warnings, summarize_run
+from twinkle_exp.rewards import build_rewards
+from twinkle_exp.sharding import lightning_strategy
 from twinkle_exp.stopping import end_stopped_run
 from twinkle_exp.summary import print_summary
-from twinkle_exp.tracking import JobInfo, RunStatus, build_loggers, read_run_json
-from twinkle_exp.warmup import cache_key, warm_start
+from twinkle_exp.tracking import JobInfo, RunStatus, build_loggers, read_run_json, run_wandb_id
+from twinkle_exp.validation import check_config
+from twinkle_exp.warmup import warm_start
+from twinkle_exp.warmup_cache import cache_key
 
 log = logging.getLogger(__name__)
 # The CSV logger writes metrics.csv beside run.json and Hydra's files; it only ever replaces metrics.csv.
@@ -50,29 +56,28 @@ def _quiet_lightning() -> None:
     rank_zero.addFilter(lambda record: "litlogger" not in record.getMessage())
 
 
-def build_rewards(reward_cfg: RewardConfig) -> RewardSet:
-    terms = [
-        RewardFunction(name=str(name), fn=instantiate(term.fn), weight=term.weight)
-        for name, term in reward_cfg.functions.items()
-    ]
-    return RewardSet(terms, truncated_max=reward_cfg.truncated_max)
-
-
 def _warmup_device(trainer: TrainerConfig) -> torch.device:
     # The warm-start runs before Lightning takes over the devices: use the GPU the trainer would use.
     wants_gpu = trainer.accelerator in ("auto", "gpu", "cuda")
     return torch.device("cuda" if wants_gpu and torch.cuda.is_available() else "cpu")
 
 
-def build_module(cfg: Config) -> tuple[PolicyModule, dict[str, Any]]:
-    """Policy (warm-started), task, rewards and loss, wrapped in a PolicyModule."""
+def build_module(cfg: Config, rank: int = 0) -> tuple[PolicyModule, dict[str, Any]]:
+    """Policy (warm-started), task, rewards and loss, wrapped in a PolicyModule.
+
+    Every rank builds the same initial weights; global rank 0 trains a missing warm-start, the others
+    wait for its cache.
+    """
     torch.manual_seed(cfg.warmup.seed)  # the initial weights belong to the warm-start, not to the RL seed
     policy = instantiate(cfg.policy)
     task = instantiate(cfg.task)
+    policy = with_task_prompt_format(policy, task)  # prompts in the chat template when the task asks
     warm: dict[str, Any] = {"enabled": False}
     if cfg.warmup.enabled:
-        policy.model.to(_warmup_device(cfg.trainer))
-        warm = warm_start(policy, task, cfg.warmup, cache_key(cfg.policy, cfg.task, cfg.warmup))
+        if rank == 0:
+            policy.model.to(_warmup_device(cfg.trainer))
+        key = cache_key(cfg.policy, cfg.task, cfg.warmup, policy, task)
+        warm = warm_start(policy, task, cfg.warmup, key, trains=rank == 0)
     module = PolicyModule(
         policy,
         task,
@@ -103,12 +108,13 @@ def _finished_before(job: JobInfo, start: resume.Start, max_steps: int) -> dict[
     return None
 
 
-def train(cfg: DictConfig) -> dict[str, Any]:
+def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
     """Run one experiment; returns the figures of its summary. The job's files go to Hydra's output dir.
 
+    Every rank runs this; global rank 0 alone writes run.json, the checkpoint and the summary.
     `cfg.resume` (default "auto") continues the run directory's checkpoint when there is one.
     """
-    typed = typed_config(cfg)
+    typed = typed or check_config(cfg)
     _quiet_lightning()
     job = JobInfo.from_hydra()
     start = resume.find_start(typed.resume, job.output_dir)
@@ -116,34 +122,29 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if done is not None:
         log.warning("%s finished already (%d optimizer steps): nothing to do", job.output_dir, start.step)
         return done
-    status = RunStatus(job, typed.seed, start.checkpoint and str(start.checkpoint), start.step)
+    resumed_from = start.checkpoint and str(start.checkpoint)
+    status: RunStatus | None = None
     loggers: list[Any] = []
     began = time.time()
     is_slurm = SLURMEnvironment.detect()
     try:
-        if preemption.received() is not None:  # during the imports: nothing to lose, say so and go
-            end_stopped_run(status, job, preemption.received(), start.step, start.checkpoint, is_slurm)
         config = OmegaConf.to_container(cfg, resolve=True)
         resume.check_config(start, config)
         resume.check_warmup_cache(start)
-        module, warm = build_module(typed)
-        reference_digest = weights_digest(module.reference)
-        resume.check_reference(start, reference_digest)
-        if start.checkpoint is not None:
-            log.warning("resuming from %s at optimizer step %d", start.checkpoint, start.step)
-        log.info("loss: %r", module.loss_fn)
-        L.seed_everything(typed.seed, verbose=False)
+        # Before the trainer knows the rank, Lightning's guess from the launcher's environment decides.
         if rank_zero_only.rank == 0:  # rows logged after the checkpoint are dropped: the run logs them again
             truncate_rows(job.output_dir / "metrics.csv", start.csv_rows)
-        loggers = build_loggers(cfg, typed.logger, typed.sweep_name, job, wandb_id=status.wandb_id)
+        wandb_id = run_wandb_id(read_run_json(job.output_dir / "run.json"), resumed_from)
+        loggers = build_loggers(cfg, typed.logger, typed.sweep_name, job, wandb_id=wandb_id)
         t = typed.trainer
         updates_per_rollout = typed.optim.mu * typed.optim.num_minibatches
         callbacks: list[Any] = [_TakeBackSignals()]
         checkpoints = None
+        # The trainer (and so the rank) comes before the module: the module's part is filled in below.
+        run_info: dict[str, Any] = {"config": config, "reference_digest": None, "warmup": None}
         if t.save_checkpoint:
-            info = {"config": config, "reference_digest": reference_digest, "warmup": warm}
             checkpoints = CheckpointCallback(
-                job.output_dir, t.checkpoint_every, info, loggers[0].rows_written
+                job.output_dir, t.checkpoint_every, run_info, loggers[0].rows_written
             )
             callbacks.append(checkpoints)
         if t.enable_progress_bar:
@@ -152,10 +153,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             max_steps=t.max_steps,
             accelerator=t.accelerator,
             devices=t.devices,
-            strategy=t.strategy,
+            num_nodes=t.num_nodes,
+            strategy=lightning_strategy(t.strategy),
             precision=t.precision,
             logger=loggers,
-            callbacks=callbacks,
+            callbacks=[*callbacks, SameOutputDir(job.output_dir)],
             # Requeueing is done after the checkpoint at the step boundary (stopping.py), not by Lightning.
             plugins=[SLURMEnvironment(auto_requeue=False)] if is_slurm else None,
             enable_progress_bar=t.enable_progress_bar,
@@ -165,7 +167,24 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             limit_val_batches=0,
             num_sanity_val_steps=0,
         )
-        stream = PromptStream(module.task, typed.rollout.prompts_per_step, typed.seed, start.rollouts_done)
+        check_launch(trainer, job.multirun)
+        status = RunStatus(
+            job, typed.seed, resumed_from, start.step, write=trainer.is_global_zero, wandb_id=wandb_id
+        )
+        if preemption.received() is not None:  # during the imports: nothing to lose, say so and go
+            end_stopped_run(status, job, preemption.received(), start.step, start.checkpoint, is_slurm)
+        module, warm = build_module(typed, rank=trainer.global_rank)
+        reference_digest = weights_digest(module.reference)
+        resume.check_reference(start, reference_digest)
+        run_info.update(reference_digest=reference_digest, warmup=warm)
+        if start.checkpoint is not None:
+            log.warning("resuming from %s at optimizer step %d", start.checkpoint, start.step)
+        log.info("loss: %r", module.loss_fn)
+        L.seed_everything(typed.seed, verbose=False)
+        share = prompts_per_rank(typed.rollout.prompts_per_step, trainer.world_size)
+        stream = PromptStream(
+            module.task, share, typed.seed, rank=trainer.global_rank, start=start.rollouts_done
+        )
         # A SIGTERM before on_train_start takes the handler back from Lightning makes Lightning raise an
         # exception that would exit 0; the signal our handler recorded is dealt with below instead.
         if preemption.received() is None:  # else: a signal during the warm-start, stop before training
@@ -187,7 +206,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             )
         if trainer.global_step < t.max_steps and preemption.received() is not None:  # before training
             end_stopped_run(status, job, preemption.received(), trainer.global_step, checkpoint, is_slurm)
-        final = module.log_validation()  # also the first validation when no step ran (max_steps=0)
+        # The last training step validated already; with max_steps=0 this is also the first validation.
+        validated = module.last_val_step == trainer.global_step and trainer.global_step > 0
+        final = module.last_val if validated else module.log_validation()
         first = module.first_val
         for logger in loggers:
             logger.save()
@@ -202,10 +223,26 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             "checkpoint": None if checkpoint is None else str(checkpoint),
             "warmup": warm,
         }
+        if trainer.is_global_zero:
+            # Dashboard figures (wandb summary, run.json) and checks for known traps, from the run's own CSV.
+            result["summary"] = summarize_run(
+                job.output_dir / "metrics.csv", cfg, result["wall_time_s"], loggers
+            )
         status.finish("finished", final={k: v for k, v in result.items() if k != "warmup"})
-        print_summary(result, module.loss_fn, [lg for lg in loggers if not getattr(lg, "failure", None)])
+        if trainer.is_global_zero:
+            print_summary(
+                result,
+                module.loss_fn,
+                [lg for lg in loggers if not getattr(lg, "failure", None)],
+                smoke_run="debug" in job.choices,
+            )
+            print_warnings(result["summary"])
         return result
     except BaseException as exc:
+        # Before the trainer knows the rank, Lightning's guess from the launcher's environment decides.
+        status = status or RunStatus(
+            job, typed.seed, resumed_from, start.step, write=rank_zero_only.rank == 0
+        )
         if status.data["status"] == "running":  # end_stopped_run has recorded its own ending
             ended = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
             status.finish(ended, error=f"{type(exc).__name__}: {exc}")

@@ -94,6 +94,8 @@ def build_loggers(
     config = OmegaConf.to_container(cfg, resolve=True)
     config["git_commit"] = git_commit()
     config["overrides"] = job.overrides
+    import wandb
+
     wandb_logger = SafeWandbLogger(
         id=wandb_id,
         resume="allow",  # the same id continues the run, offline too (wandb sync merges the attempts)
@@ -107,7 +109,12 @@ def build_loggers(
         mode=logger.mode,
         config=config,
         reinit="finish_previous",
+        # Quiet: the ~30 lines of history sparklines at the end would push the run's summary off the screen;
+        # the summary names the run's directory and how to sync it instead.
+        settings=wandb.Settings(quiet=True),
     )
+    # Lightning passes anonymous=None, which wandb warns about on every run ("has no effect").
+    wandb_logger._wandb_init.pop("anonymous", None)
     if wandb_logger.start():
         loggers.append(wandb_logger)
     return loggers
@@ -132,16 +139,32 @@ def log_samples(loggers: list[Any], columns: list[str], rows: list[list[Any]], s
             logger.log_table(key=M.SAMPLES_TABLE, columns=columns, data=rows, step=step)
 
 
+def run_wandb_id(previous: dict[str, Any], resumed_from: str | None) -> str:
+    """A fresh start is a new wandb run; a resumed one writes to the run it continues (`previous`: run.json)."""
+    return (resumed_from and previous.get("wandb_id")) or secrets.token_hex(4)
+
+
 class RunStatus:
     """`<output_dir>/run.json`: running / finished / failed / interrupted, which the report reads.
 
     A resumed run keeps what the file said and appends an attempt: `attempts` lists each one (when it
     started, from which checkpoint and step, how it ended), `wall_time_s` adds them up, and `wandb_id` stays
     the same so every attempt writes to one wandb run.
+
+    `write=False` (every rank but global rank 0) keeps the bookkeeping and writes nothing.
     """
 
-    def __init__(self, job: JobInfo, seed: int, resumed_from: str | None = None, start_step: int = 0) -> None:
+    def __init__(
+        self,
+        job: JobInfo,
+        seed: int,
+        resumed_from: str | None = None,
+        start_step: int = 0,
+        write: bool = True,
+        wandb_id: str | None = None,
+    ) -> None:
         self.path = job.output_dir / "run.json"
+        self.write = write
         self.started = time.time()
         previous = read_run_json(self.path)
         attempts = [a for a in previous.get("attempts", []) if isinstance(a, dict)]
@@ -165,8 +188,7 @@ class RunStatus:
             "error": None,
             "attempt": len(attempts) + 1,
             "attempts": [*attempts, self.attempt],
-            # A fresh start is a new wandb run; a resumed one writes to the run it continues.
-            "wandb_id": (resumed_from and previous.get("wandb_id")) or secrets.token_hex(4),
+            "wandb_id": wandb_id or run_wandb_id(previous, resumed_from),
         }
         self._write()
 
@@ -175,9 +197,7 @@ class RunStatus:
         return self.data["wandb_id"]
 
     def _write(self) -> None:
-        from lightning.fabric.utilities.rank_zero import rank_zero_only
-
-        if rank_zero_only.rank != 0:  # under DDP every rank runs this; one writer, or attempts multiply
+        if not self.write:  # under DDP every rank runs this; one writer, or attempts multiply
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import torch
 
+from twinkle_exp import distributed
 from twinkle_exp import metric_names as M
 from twinkle_exp.loss import LossOutput
 from twinkle_exp.loss import metric_keys as K
 
 # Keys whose micro-batch values add up to the step's value (the loss normalises them by the step's totals).
 _SUMMED = (K.POLICY_LOSS,)
+_TOKENS, _GAP_COUNT = "tokens", "gap count"  # denominators, reduced with the sums and then dropped
 
 
 class StepMetrics:
@@ -51,19 +53,37 @@ class StepMetrics:
             self._gap.append(sampler_gap.abs()[mask])
 
     def summary(self, grad_norm: torch.Tensor, lr: float) -> dict[str, float]:
-        """The step's metrics, keyed as the trainer logs them; `lr` is the rate this step used."""
-        tokens = torch.as_tensor(self._tokens).float().clamp(min=1.0)
-        values = {key: total / tokens for key, total in self._weighted.items()}
-        values |= self._summed
-        values[M.TRAIN + K.RATIO_MIN] = torch.stack(self._min).min()
-        values[M.TRAIN + K.RATIO_MAX] = torch.stack(self._max).max()
+        """The global step's metrics, keyed as the trainer logs them; `lr` is the rate this step used.
+
+        Reduced over data-parallel ranks as sums and counts (token-weighted means), minima and maxima, so
+        they equal what one process holding every rank's rows logs. `grad_norm` is already global.
+        """
+        sums: dict[str, torch.Tensor] = {_TOKENS: torch.as_tensor(self._tokens, dtype=torch.float32)}
+        sums |= self._weighted | self._summed
         if self._entropy is not None:
-            values[M.ENTROPY] = self._entropy / tokens
-        values[M.GRAD_NORM] = grad_norm
+            sums[M.ENTROPY] = self._entropy
+        mins = {M.TRAIN + K.RATIO_MIN: torch.stack(self._min).min()}
+        maxs = {M.TRAIN + K.RATIO_MAX: torch.stack(self._max).max()}
         if self._gap:
             gap = torch.cat(self._gap)
-            values[M.LOGP_MISMATCH_MEAN], values[M.LOGP_MISMATCH_MAX] = gap.mean(), gap.max()
-        keys, device = list(values), tokens.device
+            sums[M.LOGP_MISMATCH_MEAN], sums[_GAP_COUNT] = gap.sum(), torch.tensor(float(gap.numel()))
+            maxs[M.LOGP_MISMATCH_MAX] = gap.max()
+        device = grad_norm.device
+        values = {}
+        for op, part in (("sum", sums), ("min", mins), ("max", maxs)):
+            packed = torch.stack(
+                [torch.as_tensor(v, dtype=torch.float32, device=device) for v in part.values()]
+            )
+            values |= dict(zip(part, distributed.all_reduce(packed, op), strict=True))
+        tokens = values.pop(_TOKENS).clamp(min=1.0)
+        for key in self._weighted:
+            values[key] = values[key] / tokens
+        if M.ENTROPY in values:
+            values[M.ENTROPY] = values[M.ENTROPY] / tokens
+        if _GAP_COUNT in values:
+            values[M.LOGP_MISMATCH_MEAN] = values[M.LOGP_MISMATCH_MEAN] / values.pop(_GAP_COUNT)
+        values[M.GRAD_NORM] = grad_norm
+        keys = list(values)
         floats = torch.stack([torch.as_tensor(values[k], dtype=torch.float32, device=device) for k in keys])
         floats = floats.tolist()  # the step's one host sync
         return dict(zip(keys, floats, strict=True)) | {M.LEARNING_RATE: lr}

@@ -25,13 +25,14 @@ class UpdatePlan:
     rollout: RolloutBatch
     rewards: torch.Tensor  # [N] total reward per row (may hold NaN or inf: see non_finite)
     per_fn: dict[str, torch.Tensor]  # {reward function: [N] unweighted}
-    adv: AdvantageResult  # advantages [N], computed from finite rewards
+    adv: AdvantageResult  # the global batch's advantages [ranks x N] (every rank's rows), from finite rewards
     old_logps: torch.Tensor  # [N, P + C] the loss's old log-probs (the sampler's, or recomputed)
     ref_logps: torch.Tensor | None  # [N, P + C] the reference's log-probs; None without a reference
     steps: list[torch.Tensor]  # each optimizer step's rows, [n_i] long, mu epochs x num_minibatches in order
     non_finite: str | None = None  # "reward" or "advantage" when the rollout itself is unusable
     next_step: int = 0  # index into steps of the next optimizer step to run
     seconds: dict[str, float] = field(default_factory=dict)  # stage timings so far (time/*_s)
+    reward_metrics: dict[str, float] = field(default_factory=dict)  # this rank's RewardSet.last_metrics
 
     @property
     def done(self) -> bool:

@@ -1,23 +1,21 @@
 """Supervised warm-start on the task's gold answers, cached on disk by everything that determines it.
 
 Real RL pipelines start from an SFT model; the warm-started policy is also the frozen reference. Every seed
-and every loss of a sweep shares one warm-start, so the cache key leaves out the RL seed and the loss.
+and every loss of a sweep shares one warm-start, so the cache key leaves out the RL seed and the loss
+(`warmup_cache` holds the key and the file handling).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import logging
 import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from twinkle_exp import distributed, warmup_cache
 from twinkle_exp.config import WarmupConfig
 from twinkle_exp.loss import IGNORE_INDEX, shift_logits_to_labels
 from twinkle_exp.models import encode_prompt
@@ -25,15 +23,7 @@ from twinkle_exp.policy import Policy
 from twinkle_exp.tasks import Example, Task
 
 log = logging.getLogger(__name__)
-CACHE_FORMAT = 1  # bump when the warm-start procedure changes, so old checkpoints are not reused
-
-
-def cache_key(policy_cfg: dict, task_cfg: dict, warmup: WarmupConfig) -> str:
-    """Digest of what determines the warm-start: the policy's and task's resolved configs, and the procedure."""
-    material = {"format": CACHE_FORMAT, "policy": policy_cfg, "task": task_cfg}
-    procedure = dataclasses.asdict(warmup)
-    material["warmup"] = {k: v for k, v in procedure.items() if k not in ("cache_dir", "enabled")}
-    return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]
+RANK_WAIT_S = 6 * 3600  # how long the other ranks wait for rank 0's warm-start (a large model's is long)
 
 
 def supervised_batch(policy: Policy, examples: list[Example]) -> tuple[torch.Tensor, ...]:
@@ -76,23 +66,30 @@ def supervised_train(
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-    return float(loss)
+    return float(loss.detach())
 
 
-def warm_start(policy: Policy, task: Task, cfg: WarmupConfig, key: str) -> dict[str, Any]:
-    """Load the cached warm-start for `key`, or train it and cache it. Returns what happened, for the logs."""
+def warm_start(
+    policy: Policy, task: Task, cfg: WarmupConfig, key: str, trains: bool = True
+) -> dict[str, Any]:
+    """Load the cached warm-start for `key`, or train it and cache it. Returns what happened, for the logs.
+
+    `trains=False` (every data-parallel rank but global rank 0) never trains: it waits for the cache.
+    """
     path = Path(os.path.expanduser(cfg.cache_dir)) / f"warmup-{key}.pt"
-    if path.exists():
-        policy.model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    if not trains:
+        distributed.wait_for_file(path, RANK_WAIT_S, "the warm-start")
+        if not warmup_cache.load(path, policy.model):
+            raise RuntimeError(f"the warm-start cache {path} that global rank 0 wrote is unusable")
         log.info("warm-start: reused %s", path)
         return {"path": str(path), "cached": True}
-    log.info("warm-start: %d supervised steps (cache miss, writing %s)", cfg.steps, path)
-    loss = supervised_train(
-        policy, task, steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, seed=cfg.seed
-    )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Write then rename, so a parallel job of the same sweep never reads a half-written file.
-    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as tmp:
-        torch.save(policy.model.state_dict(), tmp)
-    os.replace(tmp.name, path)
+    with warmup_cache.locked(path):
+        if warmup_cache.load(path, policy.model):
+            log.info("warm-start: reused %s", path)
+            return {"path": str(path), "cached": True}
+        log.info("warm-start: %d supervised steps (cache miss, writing %s)", cfg.steps, path)
+        loss = supervised_train(
+            policy, task, steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, seed=cfg.seed
+        )
+        warmup_cache.save(policy.model, path)
     return {"path": str(path), "cached": False, "final_loss": loss}

@@ -1,9 +1,11 @@
-"""Parameter checks for the loss classes: each field of a loss names its check once, in its metadata.
+"""Parameter checks: each dataclass field names its check once, in its metadata.
 
     tau: float = param(1.0, positive)
 
 `PolicyGradientLoss.__post_init__` runs every field's check, so a loss's parameters, their defaults and their
 checks live in the class alone; the Hydra schema is derived from the same fields (`twinkle_exp.config`).
+The experiment's config groups use the same checks, run at start-up over the composed config
+(`twinkle_exp.validation`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ def _number(name: str, value: Any) -> float:
     return float(value)
 
 
+def finite(name: str, value: Any) -> float:
+    return _number(name, value)
+
+
 def positive(name: str, value: Any) -> float:
     value = _number(name, value)
     if value <= 0:
@@ -42,9 +48,29 @@ def non_negative(name: str, value: Any) -> float:
 
 
 def positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
+    return int_at_least(1)(name, value)
+
+
+def int_at_least(low: int) -> Check:
+    def checked(name: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            what = "a positive integer" if low == 1 else f"an integer >= {low}"
+            raise ValueError(f"{name} must be {what}, got {value!r}")
+        return value
+
+    return checked
+
+
+def at_most(high: float, check: Check) -> Check:
+    """`check`, and the value must not exceed `high`."""
+
+    def checked(name: str, value: Any) -> Any:
+        value = check(name, value)
+        if value > high:
+            raise ValueError(f"{name} must be <= {high:g}, got {value:g}")
+        return value
+
+    return checked
 
 
 def optional(check: Check) -> Check:

@@ -62,21 +62,53 @@ class HFTokenizerAdapter:
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
 
-def load_hf_causal_lm(
-    name_or_path: str, dtype: str = "float32", trust_remote_code: bool = False
-) -> tuple[nn.Module, HFTokenizerAdapter]:
-    """Load a causal LM and its tokenizer from a local directory or a hub id."""
+def load_hf_model(
+    name_or_path: str,
+    dtype: str = "float32",
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = None,
+) -> nn.Module:
+    """A causal LM from a local directory or a hub id; `attn_implementation` None lets transformers pick."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     transformers = _import_transformers()
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     # transformers 4.56 renamed torch_dtype to dtype and warns on the old name.
     dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        name_or_path, trust_remote_code=trust_remote_code, **{dtype_kw: DTYPES[dtype]}
-    )
+    kwargs: dict[str, Any] = {dtype_kw: DTYPES[dtype], "trust_remote_code": trust_remote_code}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    return transformers.AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)
+
+
+def load_hf_causal_lm(
+    name_or_path: str,
+    dtype: str = "float32",
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = None,
+) -> tuple[nn.Module, HFTokenizerAdapter]:
+    """Load a causal LM and its tokenizer from a local directory or a hub id."""
+    model = load_hf_model(name_or_path, dtype, trust_remote_code, attn_implementation)
+    transformers = _import_transformers()
     tokenizer = transformers.AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     return model, HFTokenizerAdapter(tokenizer)
+
+
+def enable_gradient_checkpointing(model: nn.Module) -> None:
+    """Recompute each layer's activations in backward instead of keeping them: memory for ~30% more compute.
+
+    Non-reentrant checkpointing, because the reentrant kind drops the gradients of LoRA adapters when the
+    embeddings (frozen) do not require grad. Training only: in eval mode (sampling) transformers skips it.
+    """
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise ValueError(
+            f"policy.gradient_checkpointing: {type(model).__name__} does not support gradient checkpointing"
+        )
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.2x's name; the old one warns
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def build_tiny_hf_model(
@@ -103,3 +135,20 @@ def build_tiny_hf_model(
     config._attn_implementation = attn_implementation
     torch.manual_seed(seed)
     return transformers.LlamaForCausalLM(config)
+
+
+def set_update_mode(model: nn.Module, dropout: bool) -> None:
+    """Put `model` in the mode of an update: dropout only if asked, gradient checkpointing kept working.
+
+    An update without dropout runs in eval mode, and transformers checkpoints a layer only when that layer is
+    in training mode, so checkpointing would silently stop. The checkpointed layers themselves are therefore
+    marked as training: their dropout lives in their submodules (attention, MLP, LoRA), which stay in eval.
+    """
+    model.train(dropout)
+    if dropout:
+        return
+    for module in model.modules():
+        if getattr(module, "gradient_checkpointing", False) is True and hasattr(
+            module, "_gradient_checkpointing_func"
+        ):
+            module.training = True

@@ -80,7 +80,15 @@ class CharTokenizer:
 
 
 def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
-    """Prompt ids as the model sees them: BOS first when the tokenizer has one."""
+    """Prompt ids as the model sees them: BOS first when the tokenizer has one.
+
+    A tokenizer with a prompt format of its own (a chat template: `ChatTemplateTokenizer`) has an
+    `encode_prompt` method, and that decides instead. Every path that encodes a prompt (sampling, greedy
+    validation, the warm-start) comes through here, so they all see the same format.
+    """
+    own_format = getattr(tokenizer, "encode_prompt", None)
+    if own_format is not None:
+        return own_format(prompt)
     ids = tokenizer.encode(prompt)
     if tokenizer.bos_token_id is not None:
         ids = [tokenizer.bos_token_id, *ids]

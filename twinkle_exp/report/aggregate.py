@@ -1,8 +1,11 @@
-"""Per-variant statistics over seeds: the table's numbers and the curves' mean and band.
+"""Per-variant figures over seeds: scores (final accuracy, area under the accuracy curve, any metric's end level)
+with interval estimates, steps to threshold, KL, wall time, and each metric's curve with a bootstrap band.
 
 Choices, stated once here and repeated in the report:
 - The table's numbers come from finished runs only; running and failed runs are counted, not averaged.
-- std is the sample standard deviation over seeds (n - 1 in the denominator); with one seed it is undefined.
+- Final accuracy: a run's last val/accuracy. Area under the curve (sample efficiency): the trapezoidal area
+  under val/accuracy against the optimizer step, divided by the run's first..last validation span, so it reads
+  as the mean accuracy over training, in the same units as the accuracy.
 - Curves use every run that logged the metric (running and failed ones up to where they stopped), so a sweep
   in progress can be watched.
 - Seeds that logged at different steps are aligned on the union of their steps by forward-filling each run's
@@ -13,13 +16,15 @@ Choices, stated once here and repeated in the report:
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.integrate import trapezoid
 
 from .runs import KL, VAL_ACCURACY, Run, Series
+from .stats import Estimate, bootstrap_band, bootstrap_estimate
 
 
 @dataclass
@@ -27,44 +32,91 @@ class Curve:
     """A metric of one variant on the union of its runs' steps. Arrays are `[num_steps]`."""
 
     steps: np.ndarray
-    mean: np.ndarray
-    low: np.ndarray  # min over the runs logged at that step
-    high: np.ndarray  # max over the runs logged at that step
+    mean: np.ndarray  # mean over the runs logged at that step
+    low: np.ndarray  # 95% bootstrap interval of that mean; NaN where fewer than 2 runs logged the step
+    high: np.ndarray
     num_runs: int  # runs that logged the metric at all
+
+
+@dataclass(frozen=True)
+class Score:
+    """A number per run that variants are compared on, computed from one metric's series."""
+
+    name: str  # as the report shows it
+    key: str  # the metric it is computed from
+    fn: Callable[[Series], float]  # the run's series of `key` -> its score
+    scale: float = 1.0  # shown x scale: 100 for fractions shown in %
+    unit: str = ""  # "%" when scale is 100; differences are then in percentage points
+
+
+def last_value(series: Series) -> float:
+    """The last logged value."""
+    return series[-1][1]
+
+
+def last_quarter_mean(series: Series) -> float:
+    """Mean over the last quarter of the logged steps (at least one): an end-of-run level, less noisy than
+    the last value for a metric logged every step."""
+    return float(np.mean([v for _, v in series[-max(1, len(series) // 4) :]]))
+
+
+def accuracy_auc(series: Series) -> float:
+    """Area under (step, accuracy) by the trapezoid rule, over the first..last step: the mean accuracy
+    over training. A single validation gives its own value."""
+    steps = np.array([step for step, _ in series], dtype=float)
+    values = np.array([value for _, value in series], dtype=float)
+    if len(series) == 1 or steps[-1] == steps[0]:
+        return float(values[-1])
+    return float(trapezoid(values, steps) / (steps[-1] - steps[0]))
+
+
+FINAL_ACCURACY = Score("final accuracy", VAL_ACCURACY, last_value, 100.0, "%")
+AUC = Score("AUC", VAL_ACCURACY, accuracy_auc, 100.0, "%")
+DEFAULT_SCORES = (FINAL_ACCURACY, AUC)
+
+
+def metric_score(key: str) -> Score:
+    """`--score KEY`: any logged metric, compared by its mean over the last quarter of each run's steps."""
+    return Score(f"{key} (last quarter)", key, last_quarter_mean)
 
 
 @dataclass
 class VariantStats:
+    """One variant's per-seed figures (lists over its finished runs, in seed order) and their estimates."""
+
     label: str
     runs: list[Run]
     num_finished: int
-    final_accuracy: list[float]  # last val/accuracy of each finished run that logged one
+    scores: dict[str, list[float]]  # score name -> one value per finished run that logged the score's metric
     steps_to_threshold: list[int]  # first step with val/accuracy >= threshold, finished runs that reached it
+    evaluated: int  # finished runs that logged val/accuracy: the denominator of "reached the threshold"
     final_kl: list[float]  # last train/kl of each finished run that logged one
     wall_times: list[float]  # wall time of each finished run that recorded one
+    estimates: dict[str, Estimate] = field(default_factory=dict)  # "<score name>/mean" or "/iqm"
+
+    @property
+    def final_accuracy(self) -> list[float]:
+        """The final-accuracy score of each finished, validated run, in seed order."""
+        return self.scores.get(FINAL_ACCURACY.name, [])
 
     @property
     def num_total(self) -> int:
+        """Every run of the variant, whatever its status."""
         return len(self.runs)
 
     @property
-    def accuracy_mean(self) -> float | None:
-        return mean(self.final_accuracy)
-
-    @property
-    def accuracy_std(self) -> float | None:
-        return sample_std(self.final_accuracy)
-
-    @property
     def steps_to_threshold_mean(self) -> float | None:
+        """Mean steps to the threshold over the runs that reached it, None if none did."""
         return mean([float(s) for s in self.steps_to_threshold])
 
     @property
     def kl_mean(self) -> float | None:
+        """Mean final train/kl over the finished runs that logged it, None if none did."""
         return mean(self.final_kl)
 
     @property
     def wall_time_mean(self) -> float | None:
+        """Mean wall time in seconds over the finished runs that recorded one."""
         return mean(self.wall_times)
 
 
@@ -79,37 +131,42 @@ def group_by_variant(runs: list[Run]) -> dict[str, list[Run]]:
     }
 
 
-def summarize(runs: list[Run], threshold: float) -> list[VariantStats]:
+def summarize(
+    runs: list[Run], threshold: float, scores: tuple[Score, ...] = DEFAULT_SCORES
+) -> list[VariantStats]:
+    """One VariantStats per variant, with mean and IQM estimates of every score."""
     stats = []
     for label, group in group_by_variant(runs).items():
         finished = [r for r in group if r.finished]
         accuracies = [r.metrics[VAL_ACCURACY] for r in finished if r.metrics.get(VAL_ACCURACY)]
         reached = [first_step_reaching(series, threshold) for series in accuracies]
-        stats.append(
-            VariantStats(
-                label=label,
-                runs=group,
-                num_finished=len(finished),
-                final_accuracy=[series[-1][1] for series in accuracies],
-                steps_to_threshold=[s for s in reached if s is not None],
-                final_kl=[r.metrics[KL][-1][1] for r in finished if r.metrics.get(KL)],
-                wall_times=[r.wall_time_s for r in finished if r.wall_time_s is not None],
-            )
+        s = VariantStats(
+            label=label,
+            runs=group,
+            num_finished=len(finished),
+            scores={
+                sc.name: [sc.fn(r.metrics[sc.key]) for r in finished if r.metrics.get(sc.key)]
+                for sc in scores
+            },
+            steps_to_threshold=[s for s in reached if s is not None],
+            evaluated=len(accuracies),
+            final_kl=[r.metrics[KL][-1][1] for r in finished if r.metrics.get(KL)],
+            wall_times=[r.wall_time_s for r in finished if r.wall_time_s is not None],
         )
+        for name, values in s.scores.items():
+            for statistic in ("mean", "iqm") if values else ():
+                s.estimates[f"{name}/{statistic}"] = bootstrap_estimate(values, statistic)
+        stats.append(s)
     return stats
 
 
-def num_evaluated(stats: VariantStats) -> int:
-    """Finished runs with a validation accuracy: the denominator of "reached the threshold"."""
-    return len(stats.final_accuracy)
-
-
 def first_step_reaching(series: Series, threshold: float) -> int | None:
+    """The first step whose value is >= threshold, or None."""
     return next((step for step, value in series if value >= threshold), None)
 
 
 def curve(series_list: list[Series]) -> Curve | None:
-    """Mean and min..max band over runs, aligned as described in the module docstring; None if no data."""
+    """Mean and bootstrap band over runs, aligned as described in the module docstring; None if no data."""
     series_list = [s for s in series_list if s]
     if not series_list:
         return None
@@ -122,21 +179,10 @@ def curve(series_list: list[Series]) -> Curve | None:
         last_logged = np.searchsorted(run_steps, steps[inside], side="right") - 1
         values[i, inside] = run_values[last_logged]
     # Every step of the union lies inside the range of the run that logged it: no column is all NaN.
-    return Curve(
-        steps=steps,
-        mean=np.nanmean(values, axis=0),
-        low=np.nanmin(values, axis=0),
-        high=np.nanmax(values, axis=0),
-        num_runs=len(series_list),
-    )
+    low, high = bootstrap_band(values)
+    return Curve(steps=steps, mean=np.nanmean(values, axis=0), low=low, high=high, num_runs=len(series_list))
 
 
 def mean(values: list[float]) -> float | None:
+    """Arithmetic mean, None for an empty list."""
     return sum(values) / len(values) if values else None
-
-
-def sample_std(values: list[float]) -> float | None:
-    if len(values) < 2:
-        return None
-    m = sum(values) / len(values)
-    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))

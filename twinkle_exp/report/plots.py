@@ -1,4 +1,5 @@
-"""One PNG per metric: every variant's mean over seeds as a line and its min..max over seeds as a band."""
+"""One PNG per metric: every variant's mean over seeds as a line, and the 95% bootstrap interval of that mean
+(percentile, over seeds) as a band wherever at least 2 seeds logged the step."""
 
 from __future__ import annotations
 
@@ -11,13 +12,16 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from .aggregate import curve
-from .runs import CLIP_REGION, KL, REWARD_MEAN, VAL_ACCURACY, Run
+from .runs import CLIP_REGION, ENTROPY, KL, REWARD_MEAN, VAL_ACCURACY, Run
+from .stats import N_RESAMPLES
 
-BAND = "line: mean over seeds, band: min–max over seeds"
+BAND = f"line: mean over seeds, band: 95% bootstrap CI of the mean (percentile, {N_RESAMPLES:,} resamples)"
 
 
 @dataclass(frozen=True)
 class PlotSpec:
+    """One plot: which metric, which file, its title and y label, and the scale of its values."""
+
     key: str  # metric column in metrics.csv
     filename: str
     title: str
@@ -34,6 +38,7 @@ PLOTS = (
         100.0,
     ),
     PlotSpec(REWARD_MEAN, "reward.png", "Training reward", "mean reward per completion"),
+    PlotSpec(ENTROPY, "entropy.png", "Policy entropy on its own samples", "entropy (nats per token)"),
     PlotSpec(KL, "kl.png", "KL divergence to the reference policy", "KL estimate (nats per token)"),
     PlotSpec(
         CLIP_REGION,
@@ -110,6 +115,7 @@ def plot_metric(
 
 
 def plot_all(variants: dict[str, list[Run]], out_dir: Path) -> dict[PlotSpec, Path | None]:
+    """Every PLOTS spec for `variants` (label -> runs) into `out_dir`; spec -> path, None where skipped."""
     colors = variant_colors(variants)
     return {spec: plot_metric(variants, spec, out_dir, colors) for spec in PLOTS}
 

@@ -1,151 +1,124 @@
-"""The report as text: table rows shared by the terminal, report.md and report.html (one self-contained page)."""
+"""The report as a list of blocks (headings, paragraphs, lists, tables, images), written out as Markdown or as
+one self-contained HTML page. Both files say the same things in the same order because they share the blocks."""
 
 from __future__ import annotations
 
 import base64
 import html
-from collections import Counter
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from .aggregate import VariantStats, num_evaluated
-from .plots import PlotSpec
+from .aggregate import Score, VariantStats
+from .checks_sweep import CheckResult
+from .compare import Comparison
 from .runs import Run
-
-NONE = "–"
-METHOD_NOTES = (
-    "Table: statistics over finished runs only; final = last logged value of a run; "
-    "± is the sample standard deviation over seeds (n − 1).",
-    "Steps to threshold: first optimizer step with val/accuracy ≥ threshold, mean over the finished runs "
-    "that reached it, with how many reached it out of the finished runs that logged a validation accuracy.",
-    "Plots: every run that logged the metric, running and failed ones up to their last logged step. "
-    "Seeds logged at different steps are aligned on the union of their steps by forward-filling each run's "
-    "last value within that run's own first..last logged step (no extrapolation).",
+from .tables import (
+    JOB_HEADERS,
+    METHOD_NOTES,
+    PAIR_HEADERS,
+    check_items,
+    job_row,
+    pair_row,
+    problem_items,
+    status_summary,
+    variant_headers,
+    variant_row,
 )
 
 
-def variant_headers(threshold: float) -> list[str]:
-    return [
-        "variant",
-        "seeds finished / total",
-        "final val. accuracy (%)",
-        f"steps to ≥ {threshold * 100:g}% acc. (reached)",
-        "final KL",
-        "mean wall time",
+@dataclass
+class ReportData:
+    """Everything the report shows. `plots`: title -> (metric key, PNG path or None when skipped)."""
+
+    dirs: list[Path]
+    runs: list[Run]
+    stats: list[VariantStats]
+    scores: tuple[Score, ...]
+    comparisons: list[Comparison]
+    checks: list[CheckResult]
+    identical: list[tuple[list[str], list[int]]]
+    names: dict[str, str]  # variant label -> short name (the overrides every variant shares left out)
+    shared: str  # those shared overrides, "" if none
+    threshold: float
+    plots: dict[str, tuple[str, Path | None]] = field(default_factory=dict)
+
+
+# A block: ("h1" | "h2" | "p", text) | ("ul", [items]) | ("table", headers, rows) | ("img", title, path)
+Block = tuple
+
+
+def build_blocks(d: ReportData) -> list[Block]:
+    """The report's content, in order."""
+    where = ", ".join(f"`{p}`" for p in d.dirs)
+    blocks: list[Block] = [
+        ("h1", f"Sweep report: {where}"),
+        ("p", f"{_generated()} {status_summary(d.runs)}."),
     ]
+    problems = problem_items(d.runs)
+    if problems:
+        blocks += [("h2", "Data problems"), ("p", "Some files could not be read in full:"), ("ul", problems)]
+    blocks.append(("h2", "Variants"))
+    if d.shared:
+        blocks.append(
+            ("p", f"All variants share {d.shared}; comparisons and plots leave it out of their names.")
+        )
+    rows = [variant_row(s, d.scores) for s in d.stats]
+    blocks += [("table", variant_headers(d.threshold, d.scores), rows), ("ul", list(METHOD_NOTES))]
+    for score in d.scores:
+        chosen = [c for c in d.comparisons if c.score == score]
+        if not chosen:
+            continue
+        blocks += [
+            ("h2", f"Pairwise comparisons: {score.name}"),
+            ("table", PAIR_HEADERS, [pair_row(c) for c in chosen]),
+            ("ul", [c.sentence for c in chosen]),
+        ]
+    blocks += [("h2", "Checks"), ("ul", check_items(d.checks, d.identical, d.names)), ("h2", "Plots")]
+    for title, (key, path) in d.plots.items():
+        blocks.append(
+            ("p", f"{title}: skipped, no run logged {key}.") if path is None else ("img", title, path)
+        )
+    blocks += [("h2", "Jobs"), ("table", JOB_HEADERS, [job_row(r) for s in d.stats for r in s.runs])]
+    return blocks
 
 
-def variant_row(s: VariantStats) -> list[str]:
-    if s.accuracy_mean is None:
-        accuracy = NONE
-    elif s.accuracy_std is None:
-        accuracy = f"{s.accuracy_mean * 100:.1f} (n=1)"
-    else:
-        accuracy = f"{s.accuracy_mean * 100:.1f} ± {s.accuracy_std * 100:.1f} (n={len(s.final_accuracy)})"
-    evaluated, reached = num_evaluated(s), len(s.steps_to_threshold)
-    if evaluated == 0:
-        steps = NONE
-    elif reached == 0:
-        steps = f"not reached (0/{evaluated})"
-    else:
-        steps = f"{s.steps_to_threshold_mean:.1f} ({reached}/{evaluated})"
-    kl = NONE if s.kl_mean is None else f"{s.kl_mean:.4g}"
-    return [
-        s.label,
-        f"{s.num_finished}/{s.num_total}",
-        accuracy,
-        steps,
-        kl,
-        format_duration(s.wall_time_mean),
-    ]
+def to_markdown(blocks: list[Block]) -> str:
+    """Markdown; images are linked by file name (they sit beside report.md)."""
+    lines: list[str] = []
+    for block in blocks:
+        kind = block[0]
+        if kind in ("h1", "h2"):
+            lines += [f"{'#' if kind == 'h1' else '##'} {block[1]}", ""]
+        elif kind == "p":
+            lines += [block[1], ""]
+        elif kind == "ul":
+            lines += [f"- {item}" for item in block[1]] + [""]
+        elif kind == "table":
+            lines += _md_table(block[1], block[2]) + [""]
+        elif kind == "img":
+            lines += [f"![{block[1]}]({block[2].name})", ""]
+    return "\n".join(lines)
 
 
-STATUS_ORDER = ("finished", "running", "failed", "not started")
-JOB_HEADERS = ["job", "variant", "seed", "status", "wall time", "error"]
-
-
-def job_row(run: Run) -> list[str]:
-    seed = NONE if run.seed is None else str(run.seed)
-    error = " ".join(run.error.split())[:300] if run.error else ""  # one line, bounded: tracebacks are long
-    return [run.name, run.variant, seed, run.status, format_duration(run.wall_time_s), error]
-
-
-def status_summary(runs: list[Run]) -> str:
-    counts = Counter(run.status for run in runs)
-    known = [s for s in STATUS_ORDER if s in counts]
-    parts = ", ".join(f"{counts[s]} {s}" for s in known + sorted(set(counts) - set(known)))
-    return f"{len(runs)} jobs: {parts}"
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return NONE
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {secs:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
-
-
-def render_markdown(
-    sweep_dir: Path,
-    stats: list[VariantStats],
-    runs: list[Run],
-    plots: dict[PlotSpec, Path | None],
-    threshold: float,
-) -> str:
-    lines = [
-        f"# Sweep report: `{sweep_dir}`",
-        "",
-        _generated(),
-        "",
-        status_summary(runs),
-        "",
-        "## Variants",
-        "",
-    ]
-    lines += _md_table(variant_headers(threshold), [variant_row(s) for s in stats])
-    lines += [""] + [f"- {note}" for note in METHOD_NOTES] + ["", "## Plots", ""]
-    for spec, path in plots.items():
-        if path is None:
-            lines.append(f"*{spec.title}: skipped, no run logged `{spec.key}`.*")
-        else:
-            lines.append(f"![{spec.title}]({path.name})")
-        lines.append("")
-    lines += ["## Jobs", ""]
-    lines += _md_table(JOB_HEADERS, [job_row(r) for s in stats for r in s.runs])
-    return "\n".join(lines) + "\n"
-
-
-def render_html(
-    sweep_dir: Path,
-    stats: list[VariantStats],
-    runs: list[Run],
-    plots: dict[PlotSpec, Path | None],
-    threshold: float,
-) -> str:
-    esc = html.escape
-    body = [
-        f"<h1>Sweep report: <code>{esc(str(sweep_dir))}</code></h1>",
-        f"<p>{esc(_generated())}<br>{esc(status_summary(runs))}</p>",
-        "<h2>Variants</h2>",
-        _html_table(variant_headers(threshold), [variant_row(s) for s in stats]),
-        "<ul>" + "".join(f"<li>{esc(note)}</li>" for note in METHOD_NOTES) + "</ul>",
-        "<h2>Plots</h2>",
-    ]
-    for spec, path in plots.items():
-        if path is None:
-            body.append(
-                f"<p><em>{esc(spec.title)}: skipped, no run logged <code>{esc(spec.key)}</code>.</em></p>"
-            )
-        else:
-            # Embedded, not linked, so the page can be mailed or opened offline on its own.
-            data = base64.b64encode(path.read_bytes()).decode("ascii")
-            body.append(f'<figure><img alt="{esc(spec.title)}" src="data:image/png;base64,{data}"></figure>')
-    body += ["<h2>Jobs</h2>", _html_table(JOB_HEADERS, [job_row(r) for s in stats for r in s.runs])]
-    return HTML_PAGE.format(title=esc(f"Sweep report: {sweep_dir.name}"), body="\n".join(body))
+def to_html(blocks: list[Block]) -> str:
+    """One HTML page with the images embedded, so it can be mailed or opened offline on its own."""
+    esc, body, title = html.escape, [], "Sweep report"
+    for block in blocks:
+        kind = block[0]
+        if kind in ("h1", "h2"):
+            title = block[1] if kind == "h1" else title
+            body.append(f"<{kind}>{_code(esc(block[1]))}</{kind}>")
+        elif kind == "p":
+            body.append(f"<p>{_code(esc(block[1]))}</p>")
+        elif kind == "ul":
+            body.append("<ul>" + "".join(f"<li>{_code(esc(item))}</li>" for item in block[1]) + "</ul>")
+        elif kind == "table":
+            body.append(_html_table(block[1], block[2]))
+        elif kind == "img":
+            data = base64.b64encode(block[2].read_bytes()).decode("ascii")
+            body.append(f'<figure><img alt="{esc(block[1])}" src="data:image/png;base64,{data}"></figure>')
+    return HTML_PAGE.format(title=esc(title.replace("`", "")), body="\n".join(body))
 
 
 HTML_PAGE = """<!DOCTYPE html>
@@ -154,11 +127,12 @@ HTML_PAGE = """<!DOCTYPE html>
 <meta charset="utf-8">
 <title>{title}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; padding: 0 1em; color: #222; }}
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }}
 table {{ border-collapse: collapse; margin: 1em 0; font-size: 0.92em; }}
 th, td {{ border: 1px solid #ccc; padding: 0.35em 0.7em; text-align: left; vertical-align: top; }}
 th {{ background: #f2f2f2; }}
 tr:nth-child(even) td {{ background: #fafafa; }}
+li {{ margin: 0.3em 0; }}
 img {{ max-width: 100%; }}
 figure {{ margin: 1em 0; }}
 code {{ font-size: 0.95em; }}
@@ -172,17 +146,28 @@ code {{ font-size: 0.95em; }}
 
 
 def _generated() -> str:
+    """When the report was made, as a sentence."""
     return f"Generated {datetime.now().isoformat(timespec='seconds')}."
 
 
+def _code(escaped: str) -> str:
+    """`x` -> <code>x</code> in already-escaped text (backticks mark paths in the blocks)."""
+    parts = escaped.split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
 def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table as lines; `|` in cells escaped."""
+
     def cells(values: list[str]) -> str:
+        """One Markdown row."""
         return "| " + " | ".join(v.replace("|", "\\|") for v in values) + " |"
 
     return [cells(headers), "|" + "---|" * len(headers)] + [cells(row) for row in rows]
 
 
 def _html_table(headers: list[str], rows: list[list[str]]) -> str:
+    """An HTML table with every cell escaped."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

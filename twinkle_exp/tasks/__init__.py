@@ -1,7 +1,10 @@
 """Tasks: prompts with verifiable answers and fixed held-out validation sets, by name in `TASKS`."""
 
 from twinkle_exp.tasks.addition import AdditionTask
+from twinkle_exp.tasks.answers import ANSWER_EXTRACTORS, gsm8k_final_answer
 from twinkle_exp.tasks.base import Example, ProceduralTask, Task
+from twinkle_exp.tasks.gsm8k import GSM8KTask
+from twinkle_exp.tasks.hf_dataset import HFDatasetTask
 from twinkle_exp.tasks.jsonl import JsonlTask, read_examples
 from twinkle_exp.tasks.reverse import ReverseTask
 from twinkle_exp.tasks.sort_digits import SortDigitsTask
@@ -11,16 +14,22 @@ TASKS: dict[str, type[Task]] = {
     "reverse": ReverseTask,
     "sort_digits": SortDigitsTask,
     "jsonl": JsonlTask,
+    "hf_dataset": HFDatasetTask,
+    "gsm8k": GSM8KTask,
 }
 
 __all__ = [
+    "ANSWER_EXTRACTORS",
     "TASKS",
     "AdditionTask",
     "Example",
+    "GSM8KTask",
+    "HFDatasetTask",
     "JsonlTask",
     "ProceduralTask",
     "ReverseTask",
     "SortDigitsTask",
     "Task",
+    "gsm8k_final_answer",
     "read_examples",
 ]

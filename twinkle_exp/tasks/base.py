@@ -22,6 +22,10 @@ class Task(ABC):
     """A source of training prompts plus a fixed, disjoint validation set."""
 
     name: str
+    # The prompt format: wrap prompts in the policy tokenizer's chat template (after a system turn of
+    # `system_prompt` when set). Tasks for instruction-tuned models take both as constructor arguments.
+    chat_template: bool = False
+    system_prompt: str | None = None
 
     @abstractmethod
     def sample(self, n: int, rng: random.Random) -> list[Example]:
@@ -30,6 +34,10 @@ class Task(ABC):
     @abstractmethod
     def validation_set(self) -> list[Example]:
         """The held-out examples: identical on every call and every machine for the same constructor args."""
+
+    def data_files(self) -> list[str]:
+        """Files the examples are read from; their content is part of the warm-start's cache key."""
+        return []
 
 
 def check_printable_ascii(text: str, what: str) -> None:

@@ -106,6 +106,9 @@ class JsonlTask(Task):
     def validation_set(self) -> list[Example]:
         return list(self._validation)
 
+    def data_files(self) -> list[str]:
+        return [p for p in (self.path, self.validation_path) if p is not None]
+
     def sample(self, n: int, rng: random.Random) -> list[Example]:
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")

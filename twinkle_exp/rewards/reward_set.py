@@ -1,4 +1,4 @@
-"""Verifiable reward functions and their weighted combination.
+"""The weighted sum of reward functions, each output checked before it can reach the advantages.
 
 Every reward function has one signature:
 
@@ -8,6 +8,9 @@ with the three lists of equal length N (one entry per completion; a prompt repea
 completions decoded to text without EOS, and one float per completion. Built-ins are plain top-level
 functions, or factories returning a picklable callable, so a Hydra `_target_` can name them and Lightning
 can ship them to worker processes. A user's own function plugs in the same way.
+
+A function may also report counts about its last call (the math checker: answers that did not parse) as a
+`last_metrics` attribute, `{metric key: value}`; `RewardSet.last_metrics` gathers them after each call.
 """
 
 from __future__ import annotations
@@ -19,64 +22,18 @@ from dataclasses import dataclass
 
 import torch
 
+from twinkle_exp.config import RewardConfig
+from twinkle_exp.errors import UserError
+
 RewardFn = Callable[[list[str], list[str], list[str]], list[float]]
 
 
-def exact_match(prompts: list[str], completions: list[str], answers: list[str]) -> list[float]:
-    """1.0 where the completion equals the answer up to surrounding whitespace, else 0.0."""
-    return [1.0 if c.strip() == a.strip() else 0.0 for c, a in zip(completions, answers, strict=True)]
+class NonFiniteRewardError(UserError):
+    """A reward came out NaN or inf (or beyond float32): the trainer skips that rollout's steps.
 
-
-def partial_credit(prompts: list[str], completions: list[str], answers: list[str]) -> list[float]:
-    """Fraction of positions right: (# i with c[i] == a[i]) / max(len(c), len(a)), in [0, 1].
-
-    Both strings are stripped first, as in `exact_match`. Dividing by the longer length (not the answer's)
-    means padding a right prefix with extra characters lowers the reward, so the policy cannot farm credit
-    with over-long completions; 1.0 only for an exact match. Two empty strings count as a match (1.0).
+    A `UserError` (the reward function is the user's), so that anywhere it is not caught it still ends the
+    run with one line and exit 2.
     """
-    out = []
-    for completion, answer in zip(completions, answers, strict=True):
-        c, a = completion.strip(), answer.strip()
-        longest = max(len(c), len(a))
-        out.append(1.0 if longest == 0 else sum(x == y for x, y in zip(c, a, strict=False)) / longest)
-    return out
-
-
-class NonFiniteRewardError(ValueError):
-    """A reward came out NaN or inf (or beyond float32): the trainer skips that rollout's steps."""
-
-
-@dataclass(frozen=True)
-class LengthPenalty:
-    """Penalty in [-1, 0] for characters beyond the answer's length (stripped, as in `exact_match`).
-
-    extra = max(0, len(completion) - len(answer) - max_extra); reward = -min(1, penalty * extra / len(answer))
-    (len(answer) taken as at least 1). With penalty=1 a completion twice the answer's length earns -1. It
-    is scaled by the answer's length so that the same relative rambling costs the same on short and long
-    answers. Completions at or under the allowed length get exactly 0, so this never rewards anything.
-    """
-
-    max_extra: int = 0
-    penalty: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.max_extra < 0:
-            raise ValueError(f"max_extra must be >= 0, got {self.max_extra}")
-        if not (math.isfinite(self.penalty) and self.penalty >= 0):
-            raise ValueError(f"penalty must be finite and >= 0, got {self.penalty}")
-
-    def __call__(self, prompts: list[str], completions: list[str], answers: list[str]) -> list[float]:
-        out = []
-        for completion, answer in zip(completions, answers, strict=True):
-            c, a = completion.strip(), answer.strip()
-            extra = max(0, len(c) - len(a) - self.max_extra)
-            out.append(-min(1.0, self.penalty * extra / max(len(a), 1)))
-        return out
-
-
-def length_penalty(max_extra: int = 0, penalty: float = 1.0) -> LengthPenalty:
-    """Factory for `LengthPenalty` (a Hydra `_target_` with keyword arguments)."""
-    return LengthPenalty(max_extra=max_extra, penalty=penalty)
 
 
 @dataclass(frozen=True)
@@ -115,6 +72,9 @@ class RewardSet:
             raise ValueError(f"reward function names must be unique, repeated: {duplicates}")
         self.functions = functions
         self.truncated_max = truncated_max
+        # What the functions reported about the latest call (summed over functions sharing a key); each
+        # call replaces it, so read it right after the call it belongs to.
+        self.last_metrics: dict[str, float] = {}
 
     def __call__(
         self,
@@ -135,10 +95,21 @@ class RewardSet:
             )
         total = torch.zeros(n, dtype=torch.float64)  # float64 sum, so term order does not change the result
         raw: dict[str, torch.Tensor] = {}
+        reported: dict[str, float] = {}
         for rf in self.functions:
-            values = _checked(rf.name, rf.fn(list(prompts), list(completions), list(answers)), n)
+            try:
+                returned = rf.fn(list(prompts), list(completions), list(answers))
+            except Exception as exc:
+                raise UserError(
+                    f"reward function {rf.name!r} raised {type(exc).__name__}: {exc} "
+                    f"(scoring {n} completions; the first: prompt {prompts[0]!r}, completion {completions[0]!r})"
+                ) from exc
+            values = _checked(rf.name, returned, n)
             raw[rf.name] = values.to(torch.float32)
             total += rf.weight * values
+            for key, value in (getattr(rf.fn, "last_metrics", None) or {}).items():
+                reported[key] = reported.get(key, 0.0) + float(value)
+        self.last_metrics = reported
         if truncated is not None and self.truncated_max is not None:
             total = torch.where(truncated.cpu(), total.clamp(max=self.truncated_max), total)
         total32 = total.to(torch.float32)
@@ -150,19 +121,42 @@ class RewardSet:
 
 
 def _checked(name: str, values: object, n: int) -> torch.Tensor:
-    """`values` as a float64 tensor `[n]`, or ValueError saying what reward function `name` got wrong."""
+    """`values` as a float64 tensor `[n]`, or UserError saying what reward function `name` got wrong."""
     if not isinstance(values, (list, tuple)):
-        raise ValueError(
+        raise UserError(
             f"reward function {name!r} must return a list of {n} floats, got {type(values).__name__}"
         )
     if len(values) != n:
-        raise ValueError(f"reward function {name!r} returned {len(values)} values for {n} completions")
+        raise UserError(f"reward function {name!r} returned {len(values)} values for {n} completions")
     for i, v in enumerate(values):
         if not isinstance(v, numbers.Real):
-            raise ValueError(f"reward function {name!r}: value {i} is {v!r}, not a number")
+            raise UserError(f"reward function {name!r}: value {i} is {v!r}, not a number")
         if not math.isfinite(v):
             raise NonFiniteRewardError(f"reward function {name!r}: value {i} is not finite ({v})")
     values_t = torch.tensor([float(v) for v in values], dtype=torch.float64)
     if not torch.isfinite(values_t.to(torch.float32)).all():
         raise NonFiniteRewardError(f"reward function {name!r}: a value is too large for float32")
     return values_t
+
+
+def build_rewards(reward_cfg: RewardConfig) -> RewardSet:
+    """The `reward` config group's terms, each `fn` built from its Hydra node (`_target_`)."""
+    from hydra.utils import instantiate
+
+    terms = []
+    for name, term in reward_cfg.functions.items():
+        try:
+            fn = instantiate(term.fn)
+        except Exception as exc:
+            cause = exc.__cause__ or exc
+            raise UserError(
+                f"reward.functions.{name}.fn: cannot build {term.fn.get('_target_')!r}: {cause} "
+                f"(a plain function needs `_partial_: true`)"
+            ) from exc
+        if not callable(fn):
+            raise UserError(
+                f"reward.functions.{name}.fn: {term.fn.get('_target_')!r} gave {fn!r}, not a function "
+                f"fn(prompts, completions, answers) (a plain function needs `_partial_: true`)"
+            )
+        terms.append(RewardFunction(name=str(name), fn=fn, weight=term.weight))
+    return RewardSet(terms, truncated_max=reward_cfg.truncated_max)

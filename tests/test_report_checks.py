@@ -1,0 +1,197 @@
+"""Each check fires on a synthetic run built to trigger it, and stays silent on a default-like run.
+
+The default-like run mimics what `python -m twinkle_exp` measured (seed 0..2, 400 steps, logged every 4 steps):
+grad norm median 1.05-1.12 with 54-64% of steps above max_grad_norm = 1, entropy 0.74 -> ~0.26, KL rising to
+0.2-0.25 with peaks at 0.6, at most 81% of groups with identical rewards, clip fraction median 0.6%.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from twinkle_exp import metric_names as M
+from twinkle_exp.report.checks import CHECKS, run_checks
+from twinkle_exp.report.checks_sweep import identical_variants, sweep_checks
+from twinkle_exp.report.runs import Run
+
+STEPS = list(range(4, 401, 4))
+DEFAULT_CONFIG = {
+    "optim": {"mu": 2, "num_minibatches": 2, "max_grad_norm": 1.0, "lr": 1e-4},
+    "rollout": {"group_size": 8},
+    "loss": {"beta": 0.01},
+}
+
+
+def series(values) -> list[tuple[int, float]]:
+    return list(zip(STEPS, (float(v) for v in values), strict=True))
+
+
+def default_like(seed: int = 0) -> dict[str, list[tuple[int, float]]]:
+    rng = np.random.default_rng(seed)
+    t = np.linspace(0, 1, len(STEPS))
+    return {
+        M.GRAD_NORM: series(rng.lognormal(np.log(1.08), 0.3, len(STEPS))),
+        M.ENTROPY: series(0.74 - 0.48 * t + rng.normal(0, 0.02, len(STEPS))),
+        M.KL: series(np.abs(0.01 + 0.22 * t + rng.normal(0, 0.05, len(STEPS)))),
+        M.FRAC_REWARD_ZERO_STD: series(np.clip(rng.normal(0.4, 0.12, len(STEPS)), 0, 0.81)),
+        M.CLIP_REGION: series(np.abs(rng.normal(0.006, 0.004, len(STEPS)))),
+        M.RATIO_MIN: series(rng.uniform(0.25, 0.75, len(STEPS))),
+        M.RATIO_MAX: series(rng.uniform(1.15, 2.0, len(STEPS))),
+        M.REWARD_MEAN: series(0.2 + 0.5 * t + rng.normal(0, 0.03, len(STEPS))),
+        M.VAL_ACCURACY: [(s, 0.39 + 0.38 * s / 400) for s in range(0, 401, 40)],
+    }
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_default_like_run_passes_every_check(seed: int) -> None:
+    assert run_checks(default_like(seed), {}, DEFAULT_CONFIG) == []
+
+
+def fired(metrics, config=DEFAULT_CONFIG, nonfinite=None) -> dict:
+    return {f.check: f for f in run_checks(metrics, nonfinite or {}, config)}
+
+
+def test_on_policy_from_the_config_and_from_flat_ratios() -> None:
+    metrics = default_like()
+    metrics[M.RATIO_MIN] = series(np.full(len(STEPS), 1 - 1e-6))
+    metrics[M.RATIO_MAX] = series(np.full(len(STEPS), 1 + 1e-6))
+    on_policy_config = copy.deepcopy(DEFAULT_CONFIG)
+    on_policy_config["optim"].update(mu=1, num_minibatches=1)
+    finding = fired(metrics, on_policy_config)["on_policy"]
+    assert "optim.mu = 1, optim.num_minibatches = 1" in finding.evidence
+    assert "train/ratio/min and train/ratio/max within 0.001 of 1 at all 100 logged steps" in finding.evidence
+    assert "optim.mu >= 2" in finding.advice
+    assert "on_policy" in fired(metrics)  # the ratios alone are evidence (a config that was not saved)
+    assert "on_policy" in fired(default_like(), on_policy_config)  # and the config alone
+    assert "on_policy" not in fired(default_like())
+
+
+def test_grad_clip_on_every_step() -> None:
+    metrics = default_like()
+    metrics[M.GRAD_NORM] = series(np.linspace(2.0, 3.0, len(STEPS)))
+    finding = fired(metrics)["grad_clip_every_step"]
+    assert finding.evidence.startswith("train/grad_norm > optim.max_grad_norm = 1 at 100 of 100 logged steps")
+    assert "median 2.5" in finding.evidence and "optim.max_grad_norm" in finding.advice
+    roomy = copy.deepcopy(DEFAULT_CONFIG)
+    roomy["optim"]["max_grad_norm"] = 5.0
+    assert "grad_clip_every_step" not in fired(metrics, roomy)
+
+
+def test_zero_std_groups() -> None:
+    metrics = default_like()
+    metrics[M.FRAC_REWARD_ZERO_STD] = series(np.r_[np.full(30, 0.5), np.full(70, 0.95)])
+    finding = fired(metrics)["zero_std_groups"]
+    assert (
+        "train/frac_reward_zero_std >= 0.9 at 70 of 100 logged steps (first at step 124" in finding.evidence
+    )
+    assert "rollout.group_size" in finding.advice and "8 completions" in finding.advice
+
+
+def test_entropy_collapse() -> None:
+    metrics = default_like()
+    metrics[M.ENTROPY] = series(0.74 * np.exp(-np.linspace(0, 6, len(STEPS))))
+    finding = fired(metrics)["entropy_collapse"]
+    assert finding.evidence.startswith("train/entropy fell from 0.74 (step 4)")
+    assert "loss.clip_range_high" in finding.advice
+
+
+@pytest.mark.parametrize("key", [M.CLIP_REGION, M.CISPO_CLIP])
+def test_high_clip_fraction(key: str) -> None:
+    metrics = default_like()
+    metrics[key] = series(np.linspace(0.1, 0.3, len(STEPS)))
+    finding = fired(metrics)["high_clip_fraction"]
+    assert (
+        finding.evidence.startswith(f"{key}: median 20.0% of tokens")
+        and "max 30.0% at step 400" in finding.evidence
+    )
+    assert "optim.mu" in finding.advice
+
+
+def test_growing_kl() -> None:
+    metrics = default_like()
+    metrics[M.KL] = series(np.linspace(0.0, 3.0, len(STEPS)) ** 2)
+    finding = fired(metrics)["growing_kl"]
+    assert finding.evidence.startswith("train/kl: mean ") and "loss.beta (now 0.01)" in finding.advice
+    metrics[M.KL] = series(np.full(len(STEPS), 0.8))  # high but flat: not growing
+    assert "growing_kl" not in fired(metrics)
+
+
+def test_nonfinite_values() -> None:
+    finding = fired(default_like(), nonfinite={M.LOSS: [120, 124], M.GRAD_NORM: [124]})["nonfinite"]
+    assert finding.evidence == "NaN or inf from step 120: train/grad_norm (1 steps), train/loss (2 steps)"
+
+
+def test_every_check_has_a_trigger_test_here() -> None:
+    tested = {"on_policy", "grad_clip_every_step", "zero_std_groups", "entropy_collapse"}
+    tested |= {"high_clip_fraction", "growing_kl", "nonfinite"}
+    assert tested == set(CHECKS)
+
+
+def make_run(seed: int, metrics: dict, variant: str) -> Run:
+    return Run(
+        path=Path(variant, str(seed)),
+        name=f"{variant}/{seed}",
+        overrides=[f"loss={variant}", f"seed={seed}"],
+        status="finished",
+        seed=seed,
+        metrics=metrics,
+        config=DEFAULT_CONFIG,
+    )
+
+
+def test_identical_variants_are_named_and_distinct_ones_are_not() -> None:
+    same = {seed: default_like(seed) for seed in (0, 1)}
+    variants = {
+        "loss=bnpo": [make_run(s, copy.deepcopy(m), "bnpo") for s, m in same.items()],
+        "loss=drgrpo": [make_run(s, copy.deepcopy(m), "drgrpo") for s, m in same.items()],
+        "loss=grpo": [make_run(s, default_like(s + 10), "grpo") for s in same],
+    }
+    # A value off in the 7th digit is still the same; train/loss may differ (the normaliser scales it).
+    variants["loss=drgrpo"][0].metrics[M.REWARD_MEAN][50] = (
+        STEPS[50],
+        same[0][M.REWARD_MEAN][50][1] * (1 + 1e-7),
+    )
+    variants["loss=drgrpo"][0].metrics[M.LOSS] = series(np.ones(len(STEPS)))
+    assert identical_variants(variants) == [(["loss=bnpo", "loss=drgrpo"], [0, 1])]
+    # Different from the second rollout on: not identical, although the first rollout is the same for all.
+    variants["loss=drgrpo"][1].metrics[M.REWARD_MEAN][1] = (8, 0.99)
+    assert identical_variants(variants) == []
+
+
+def test_identical_variants_form_groups_and_entropy_may_drift_a_little() -> None:
+    runs = {v: [make_run(0, default_like(0), v)] for v in ("grpo", "gspo", "sapo", "bnpo")}
+    runs["bnpo"][0].metrics = default_like(1)
+    # Float rounding moves entropy in the 5th digit when the updates are the same (measured on real runs).
+    runs["sapo"][0].metrics[M.ENTROPY] = [(s, v * (1 + 3e-5)) for s, v in runs["sapo"][0].metrics[M.ENTROPY]]
+    assert identical_variants(runs) == [(["grpo", "gspo", "sapo"], [0])]
+    runs["sapo"][0].metrics[M.ENTROPY] = [(s, v * (1 + 1e-3)) for s, v in runs["sapo"][0].metrics[M.ENTROPY]]
+    assert identical_variants(runs) == [(["grpo", "gspo"], [0])]
+
+
+def test_identical_needs_more_than_the_first_rollouts_of_finished_runs() -> None:
+    short = {M.REWARD_MEAN: [(4, 0.2), (8, 0.25)], M.VAL_ACCURACY: [(0, 0.39)]}
+    variants = {v: [make_run(0, copy.deepcopy(short), v)] for v in ("a", "b")}
+    assert identical_variants(variants) == []
+    # A failed run matches any variant up to where it stopped: only finished runs count.
+    variants = {v: [make_run(0, default_like(0), v)] for v in ("a", "b")}
+    assert identical_variants(variants) == [(["a", "b"], [0])]
+    variants["b"][0].status = "failed"
+    assert identical_variants(variants) == []
+
+
+def test_sweep_checks_count_affected_seeds_per_variant() -> None:
+    clipped = default_like()
+    clipped[M.GRAD_NORM] = series(np.full(len(STEPS), 3.0))
+    variants = {
+        "loss=bnpo": [make_run(0, clipped, "bnpo"), make_run(1, default_like(1), "bnpo")],
+        "loss=grpo": [make_run(0, default_like(0), "grpo")],
+    }
+    results = {r.check: r for r in sweep_checks(variants)}
+    clip = results["grad_clip_every_step"]
+    assert list(clip.variants) == ["loss=bnpo"] and len(clip.variants["loss=bnpo"]) == 1
+    assert clip.seeds["loss=bnpo"] == 2 and clip.title == "gradient-norm clipping on every step"
+    assert all(not r.variants for check, r in results.items() if check != "grad_clip_every_step")

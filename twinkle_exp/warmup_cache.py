@@ -1,0 +1,107 @@
+"""The warm-start cache: a key over everything the warm-start depends on, and safe reads and writes.
+
+Jobs of a sweep share one warm-start. The key covers the content it was trained on (the task's data files,
+the tokenizer's vocabulary, the model's config), not only their names, so editing a data file in place
+retrains it. Files are written atomically (temp file + rename) and readable by the group; one job trains
+while the others wait on a lock; an unreadable or foreign file is rebuilt with a warning naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from twinkle_exp.config import WarmupConfig
+from twinkle_exp.policy import Policy
+from twinkle_exp.tasks import Task
+
+log = logging.getLogger(__name__)
+CACHE_FORMAT = 2  # bump when the warm-start procedure or the key changes, so old files are not reused
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, default=str).encode()
+
+
+def _model_config(model: nn.Module) -> Any:
+    config = getattr(model, "config", None)
+    if config is None:
+        return type(model).__name__
+    return config.to_dict() if hasattr(config, "to_dict") else vars(config)
+
+
+def _vocabulary(tokenizer: Any) -> Any:
+    inner = getattr(tokenizer, "tokenizer", tokenizer)  # a Hugging Face tokenizer behind the adapter
+    if hasattr(inner, "get_vocab"):
+        return sorted(inner.get_vocab().items())
+    return [tokenizer.decode([i], skip_special_tokens=False) for i in range(tokenizer.vocab_size)]
+
+
+def cache_key(policy_cfg: dict, task_cfg: dict, warmup: WarmupConfig, policy: Policy, task: Task) -> str:
+    """Digest of the policy's and task's resolved configs, the procedure, and the content they stand for."""
+    digest = hashlib.sha256(_json({"format": CACHE_FORMAT, "policy": policy_cfg, "task": task_cfg}))
+    procedure = dataclasses.asdict(warmup)
+    digest.update(_json({k: v for k, v in procedure.items() if k not in ("cache_dir", "enabled")}))
+    digest.update(_json(_model_config(policy.model)))
+    digest.update(_json(_vocabulary(policy.tokenizer)))
+    for path in task.data_files():
+        digest.update(Path(path).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold `<path>.lock` exclusively: parallel jobs of a sweep train one warm-start, the others wait."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def load(path: Path, model: nn.Module) -> bool:
+    """Load `path` into `model` if it is a readable state dict of exactly this model; else warn and say no.
+
+    The weights are checked before any is copied, so a foreign file leaves the model as it was.
+    """
+    if not path.exists():
+        return False
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        expected = model.state_dict()
+        if not isinstance(state, dict) or state.keys() != expected.keys():
+            raise ValueError("it holds other weights than this model's")
+        wrong = [k for k, v in state.items() if v.shape != expected[k].shape]
+        if wrong:
+            raise ValueError(
+                f"{wrong[0]} has shape {tuple(state[wrong[0]].shape)}, not {tuple(expected[wrong[0]].shape)}"
+            )
+    except Exception as exc:  # truncated, corrupt or foreign: rebuild rather than fail every later run
+        log.warning("warm-start cache %s is unusable (%s): training it again", path, exc)
+        return False
+    model.load_state_dict(state)
+    return True
+
+
+def save(model: nn.Module, path: Path) -> None:
+    """Write then rename, so no reader ever sees a half-written file; readable like any file the user makes."""
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as tmp:
+        torch.save(model.state_dict(), tmp)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp.name, 0o666 & ~umask)  # mkstemp's 0600 would hide it from the group's other jobs
+    os.replace(tmp.name, path)
