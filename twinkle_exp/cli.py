@@ -12,6 +12,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from twinkle_exp import preemption
 from twinkle_exp.config import register_configs
 from twinkle_exp.errors import UserError
 from twinkle_exp.launcher_env import rank_hydra_overrides
@@ -46,9 +47,11 @@ def _main(cfg: DictConfig) -> float:
         f"{cfg.trainer.max_steps} optimizer steps -> {HydraConfig.get().runtime.output_dir}",
         flush=True,
     )
-    from twinkle_exp.run import train  # heavy imports (Lightning) after the config is known to be good
-
+    # Before the slow imports: a signal from here on stops the run cleanly, with run.json saying so.
+    preemption.install()
     try:
+        from twinkle_exp.run import train  # heavy imports (Lightning) after the config is known to be good
+
         # The return value is what Hydra's Optuna sweeper maximises.
         return train(cfg, typed)["accuracy_after"]
     except UserError as exc:  # run.json has the same line
@@ -56,6 +59,8 @@ def _main(cfg: DictConfig) -> float:
             raise
         print(f"twinkle_exp: {exc}", file=sys.stderr)
         sys.exit(USAGE_ERROR)
+    finally:
+        preemption.restore()  # whatever happened: the next job of a sweep, or the shell, gets them back
 
 
 def main() -> None:

@@ -106,6 +106,9 @@ class OptimConfig:
     old_logps: str = param("auto", one_of(OLD_LOGPS_MODES))
     # Apply the model's dropout in the update (train mode). Off by default, so an on-policy ratio is exactly 1.
     update_dropout: bool = False
+    # A step with a non-finite reward, advantage, log-prob, loss or gradient is skipped (train/skipped_steps);
+    # this many in a row stop the run with a checkpoint and a message naming the first non-finite quantity.
+    max_skipped_steps: int = param(10, positive_int)
 
 
 @dataclass
@@ -133,6 +136,10 @@ class TrainerConfig:
     samples_every: int = param(25, positive_int)  # rollouts between tables of sample completions in wandb
     enable_progress_bar: bool = True
     save_checkpoint: bool = True
+    # Optimizer steps between checkpoints (written at the end of the rollout that reaches each multiple);
+    # 0 or null: only at the end and when a signal or non-finite values stop the run. save_checkpoint=false
+    # writes none at all, so a stopped run can only start again.
+    checkpoint_every: int | None = param(100, optional(int_at_least(0)))
 
 
 @dataclass
@@ -159,6 +166,9 @@ class Config:
     logger: LoggerConfig = MISSING
     seed: int = 0
     sweep_name: str | None = None  # wandb group of a multirun; default: the sweep directory's name
+    # auto: continue from the latest checkpoint in the run directory (none there: start; a finished run:
+    # nothing to do); a path: from that checkpoint file or run directory; null: never resume.
+    resume: str | None = "auto"
 
 
 def import_path(target: Callable) -> str:

@@ -7,7 +7,7 @@ from torch import nn
 
 from twinkle_exp import metric_names as M
 from twinkle_exp.models import Tokenizer
-from twinkle_exp.rewards import RewardSet, exact_match
+from twinkle_exp.rewards import NonFiniteRewardError, RewardSet, exact_match
 from twinkle_exp.rollout import generate
 from twinkle_exp.tasks import Example
 
@@ -35,7 +35,10 @@ def greedy_totals(
         matches = exact_match(prompts, decoded.completions, answers)
         # An answer cut off at the budget is not exact, whatever its text (see RewardSet.truncated_max).
         correct += sum(m for m, cut in zip(matches, decoded.truncated.tolist(), strict=True) if not cut)
-        reward_sum += float(rewards(prompts, decoded.completions, answers, decoded.truncated)[0].sum())
+        try:
+            reward_sum += float(rewards(prompts, decoded.completions, answers, decoded.truncated)[0].sum())
+        except NonFiniteRewardError:  # the accuracy still counts; the mean reward is NaN, as its inputs
+            reward_sum = float("nan")
     model.train(was_training)
     device = next(model.parameters()).device
     return torch.tensor([correct, reward_sum, len(examples)], dtype=torch.float64, device=device)

@@ -37,6 +37,9 @@ CLIP_LOW = TRAIN + loss_keys.CLIP_LOW
 CLIP_HIGH = TRAIN + loss_keys.CLIP_HIGH
 CLIP_REGION = TRAIN + loss_keys.CLIP_REGION
 
+# Optimizer steps skipped so far because a reward, advantage, log-prob, loss or gradient was not finite.
+SKIPPED_STEPS = "train/skipped_steps"
+
 # End-of-run figures, in the wandb run summary and run.json's "final" (twinkle_exp.report.run_summary), so that
 # a wandb project's table and parallel-coordinates panels can sort and compare runs without opening them.
 SUMMARY_FINAL_ACCURACY = "summary/final_accuracy"  # the last val/accuracy

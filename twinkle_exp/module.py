@@ -3,28 +3,31 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import lightning as L
 import torch
 
-from twinkle_exp import distributed
+from twinkle_exp import distributed, module_state, preemption, rng_state
 from twinkle_exp import metric_names as M
 from twinkle_exp.advantages import group_advantages
 from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
 from twinkle_exp.evaluation import greedy_totals, validation_metrics
 from twinkle_exp.models.hf import set_update_mode
 from twinkle_exp.models.lora import is_lora, trainable_parameters, trainable_state_dict
+from twinkle_exp.nonfinite import NonFiniteGuard
 from twinkle_exp.old_logps import has_dropout, recompute_old_logps, should_recompute
 from twinkle_exp.policy import Policy, sequence_logps
 from twinkle_exp.reference import Reference
-from twinkle_exp.rewards import RewardSet
+from twinkle_exp.rewards import NonFiniteRewardError, RewardSet
 from twinkle_exp.rollout import RolloutBatch, generate
 from twinkle_exp.rollout_metrics import RolloutRows, StageTimer, rollout_metrics
 from twinkle_exp.sharding import gathered, is_sharded, shard_model
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking import log_metrics, log_samples
 from twinkle_exp.update_metrics import StepMetrics
+from twinkle_exp.update_plan import UpdatePlan, shuffled_steps
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,9 @@ class PolicyModule(L.LightningModule):
 
     Batches are dicts of `prompts` and `answers` (lists of strings). Optimisation is manual: each batch is
     one rollout reused for `optim.mu` epochs of `optim.num_minibatches` optimizer steps each, so
-    `trainer.global_step` counts optimizer steps.
+    `trainer.global_step` counts optimizer steps. Training can stop between any two optimizer steps (a
+    signal, too many non-finite steps: `stop_reason`); the rollout's remaining steps then stay in
+    `pending`, which a checkpoint holds, so a resumed run finishes them first.
 
     Under data parallelism (DDP, FSDP2) each rank samples its own prompts' groups; advantages, the losses'
     normalisers, the logged metrics and validation are the global batch's, so a step's result does not
@@ -80,6 +85,12 @@ class PolicyModule(L.LightningModule):
         self.first_val: dict[str, float] = {}  # before the first update: the warm-start's figures
         self.last_val: dict[str, float] = {}
         self.last_val_step = -1
+        self.pending: UpdatePlan | None = None  # the rollout whose optimizer steps are not all done
+        self.stop_reason: str | None = None  # why training stopped before max_steps, when it did
+        self.stop_signal: int | None = None  # the signal that stopped it (None: non-finite values)
+        self.nonfinite = NonFiniteGuard(optim.max_skipped_steps)
+        self._restored: dict[str, Any] | None = None  # this rank's checkpoint state, applied as it is needed
+        self._skipped_for: str | None = None  # why on_before_optimizer_step skipped the current step
         self.set_loss(loss_fn)
 
     # --- configuration ---------------------------------------------------------------------------------
@@ -97,9 +108,6 @@ class PolicyModule(L.LightningModule):
     def reference(self) -> torch.nn.Module | None:
         """The reference model; with LoRA the policy itself, which the reference pass runs without adapters."""
         return self._reference[0].model if self._reference else None
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["state_dict"] = trainable_state_dict(self.policy, checkpoint["state_dict"], "policy.")
 
     def configure_optimizers(self):
         opt = self.optim_cfg
@@ -139,38 +147,138 @@ class PolicyModule(L.LightningModule):
             )
         self._sampler = torch.Generator(device=self.device).manual_seed(self.seed * 1000 + self.global_rank)
         self._shuffler = torch.Generator().manual_seed(self.seed * 1000 + self.global_rank)
+        if self._restored is not None:
+            self._sampler.set_state(self._restored["sampler"])
+            self._shuffler.set_state(self._restored["shuffler"])
+        if self.pending is not None:  # restored from a checkpoint onto the CPU
+            self.pending = self.pending.to(self.device)
+
+    # --- checkpoints: counters, this rollout's remaining steps and every random state (module_state) ----
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Under LoRA only the adapters are trained: the checkpoint holds them, not the frozen base model.
+        checkpoint["state_dict"] = trainable_state_dict(self.policy, checkpoint["state_dict"], "policy.")
+        checkpoint[module_state.KEY] = module_state.capture(self)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = checkpoint[module_state.KEY]
+        self._restored = module_state.restore(self, state, self.global_rank, self.trainer.world_size)
 
     # --- one training step: the README's data flow, in order -------------------------------------------
     def training_step(self, batch: dict[str, list[str]], batch_idx: int) -> None:
+        if self._restored is not None:  # the first step after a resume: carry on with the saved randomness
+            rng_state.restore_global(self._restored["global_rng"])
+            self._restored = None
+        if self.pending is None:
+            self.pending = self._plan_rollout(batch)
+        elif self.pending.prompts != batch["prompts"]:
+            raise RuntimeError(
+                "resume: the prompt stream did not replay the interrupted rollout's prompts; was the "
+                "checkpoint written with another task or seed?"
+            )
+        plan = self.pending
+        start = time.perf_counter()
+        self._update(plan)
+        plan.seconds[M.TIME_UPDATE] = plan.seconds.get(M.TIME_UPDATE, 0.0) + time.perf_counter() - start
+        if plan.done:
+            self._finish_rollout(plan)
+            self.pending = None
+
+    def on_train_end(self) -> None:
+        self.finish_cut_rollout()
+        if self.global_step >= self.trainer.max_steps:
+            # The final validation, inside fit but after the end-of-training checkpoint: a resumed run drops
+            # its rows with the others logged after the checkpoint, so none is logged twice.
+            self.log_validation(prog_bar=False)
+
+    def finish_cut_rollout(self) -> None:
+        """Log the rollout that trainer.max_steps cut short, once the end-of-training checkpoint is written.
+
+        The checkpoint keeps that rollout pending, so a resume with a larger max_steps finishes its steps as
+        a longer run would have; this run logs its metrics now (a resume drops that row and logs it again).
+        """
+        if self.pending is not None and self.global_step >= self.trainer.max_steps:
+            self._finish_rollout(self.pending, in_step=False)
+            self.pending = None
+
+    def _plan_rollout(self, batch: dict[str, list[str]]) -> UpdatePlan:
+        """Sample, score and prepare one rollout: everything its optimizer steps need."""
         if self.rollouts_done % self.trainer_cfg.val_every == 0:
             self.log_validation()
         timer = StageTimer()
         with timer(M.TIME_ROLLOUT):
             rollout = self._rollout(batch["prompts"])
         prompts, answers = rollout.per_row(batch["prompts"]), rollout.per_row(batch["answers"])
-        rewards, per_fn = self.rewards(prompts, rollout.completions, answers, rollout.truncated)
+        non_finite = None
+        try:
+            rewards, per_fn = self.rewards(prompts, rollout.completions, answers, rollout.truncated)
+        except NonFiniteRewardError as exc:
+            # The rollout's steps are skipped (and counted); its advantages only need to exist.
+            log.warning(
+                "after optimizer step %d: %s; the rollout's optimizer steps are skipped",
+                self.global_step,
+                exc,
+            )
+            non_finite = "reward"
+            rewards = torch.full((len(rollout.completions),), float("nan"))
+            # Every reward function's column, so that every rank gathers the same columns.
+            per_fn = {rf.name: rewards.clone() for rf in self.rewards.functions}
         # Every rank computes the advantages of the global batch (its groups are whole, so only
         # advantage=batch's std needs the others' rewards) and trains on its own rows.
         everyone = RolloutRows(rewards, per_fn, rollout.completion_lengths, rollout.truncated).gathered()
-        adv = group_advantages(
-            everyone.rewards, rollout.group_size, self.advantage_cfg.scale, self.advantage_cfg.eps
-        )
-        mine = adv.advantages.tensor_split(distributed.world_size())[distributed.rank()]
+        if non_finite is None and not torch.isfinite(everyone.rewards).all():
+            non_finite = "reward"  # another rank's: every rank skips the same steps
+        finite = torch.nan_to_num(everyone.rewards, nan=0.0, posinf=0.0, neginf=0.0)
+        adv = group_advantages(finite, rollout.group_size, self.advantage_cfg.scale, self.advantage_cfg.eps)
+        if non_finite is None and not torch.isfinite(adv.advantages).all():
+            non_finite = "advantage"
         with timer(M.TIME_REFERENCE):
             ref_logps = self._reference_logps(rollout)
-        with timer(M.TIME_UPDATE):
-            self._update(rollout, mine.to(self.device), ref_logps)
-        seconds = distributed.max_over_ranks(timer.seconds)  # the slowest rank's
-        metrics = rollout_metrics(everyone, adv, seconds, epochs=self.optim_cfg.mu)
+        start = time.perf_counter()
+        opt = self.optim_cfg
+        n = rollout.input_ids.shape[0]
+        steps = shuffled_steps(n, opt.mu, opt.num_minibatches, self._shuffler)
+        old_logps = rollout.old_logps
+        if self._recompute_old_logps:
+            self.policy.eval()
+            # The first epoch's minibatches cover every row, in the first optimizer step's micro-batches.
+            micro = opt.micro_batch_size or n
+            first_epoch = steps[: opt.num_minibatches]
+            first_step_split = [part.to(self.device) for rows in first_epoch for part in rows.split(micro)]
+            old_logps = recompute_old_logps(
+                self.policy, rollout, first_step_split, self.rollout_cfg.temperature
+            )
+        timer.seconds[M.TIME_UPDATE] = time.perf_counter() - start
+        return UpdatePlan(
+            prompts=list(batch["prompts"]),
+            answers=list(batch["answers"]),
+            rollout=rollout,
+            rewards=rewards,
+            per_fn=per_fn,
+            adv=adv,
+            old_logps=old_logps,
+            ref_logps=ref_logps,
+            steps=steps,
+            non_finite=non_finite,
+            seconds=dict(timer.seconds),
+            reward_metrics=dict(self.rewards.last_metrics),
+        )
+
+    def _finish_rollout(self, plan: UpdatePlan, in_step: bool = True) -> None:
+        """Log the rollout's own metrics at the step that ends its updates (every rank together)."""
+        rollout = plan.rollout
+        everyone = RolloutRows(plan.rewards, plan.per_fn, rollout.completion_lengths, rollout.truncated)
+        everyone = everyone.gathered()
+        seconds = distributed.max_over_ranks(plan.seconds)  # the slowest rank's
+        metrics = rollout_metrics(everyone, plan.adv, seconds, epochs=self.optim_cfg.mu)
         # What the reward functions counted (math: parse failures), over every rank's completions.
-        metrics |= distributed.sum_over_ranks(self.rewards.last_metrics)
+        metrics |= distributed.sum_over_ranks(plan.reward_metrics)
         log_metrics(self.loggers, metrics | {M.ROLLOUT_INDEX: float(self.rollouts_done)}, self.global_step)
-        self.log("reward", metrics[M.REWARD_MEAN], prog_bar=True, logger=False)
+        if in_step:  # the progress bar; Lightning refuses self.log outside a training step
+            self.log("reward", metrics[M.REWARD_MEAN], prog_bar=True, logger=False)
         self.rollouts_done += 1
-        if self.global_step >= self.trainer.max_steps:
-            self.log_validation()  # the final one, inside fit so the progress bar shows the summary's figure
         if self.rollouts_done % self.trainer_cfg.samples_every == 0:
-            rows = list(zip(prompts, rollout.completions, answers, rewards.tolist(), strict=True))
+            prompts, answers = rollout.per_row(plan.prompts), rollout.per_row(plan.answers)
+            rows = list(zip(prompts, rollout.completions, answers, plan.rewards.tolist(), strict=True))
             log_samples(
                 self.loggers, ["prompt", "completion", "answer", "reward"], rows[:32], self.global_step
             )
@@ -216,42 +324,48 @@ class PolicyModule(L.LightningModule):
         max_norm = self.optim_cfg.max_grad_norm or float("inf")  # 0 or None: measure, do not clip
         norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), max_norm)
         self._grad_norm = distributed.full_value(norm)
+        # Under 16-mixed an inf gradient is the loss scaler's business (it skips the step and scales down).
+        if getattr(self.trainer.precision_plugin, "scaler", None) is None:
+            self.nonfinite.watch("gradient", self._grad_norm)
+        self._skipped_for = self.nonfinite.decide(
+            lambda bad: self.trainer.strategy.reduce_boolean_decision(bad, all=False)
+        )
+        if self._skipped_for is not None:
+            optimizer.zero_grad(set_to_none=True)  # the optimizer skips parameters without a gradient
 
-    def _update(self, b: RolloutBatch, advantages: torch.Tensor, ref_logps: torch.Tensor | None) -> None:
-        """mu epochs of num_minibatches optimizer steps over shuffled rows, each logged at its own step.
+    def _update(self, plan: UpdatePlan) -> None:
+        """The plan's remaining optimizer steps, each logged at its own step.
 
-        Stops at trainer.max_steps, so the last rollout runs only the steps left.
+        Stops at trainer.max_steps, so the last rollout runs only the steps left, and after any step when a
+        stop is requested (a signal, too many non-finite steps), leaving the rest in `plan`.
         """
-        opt = self.optim_cfg
-        n = b.input_ids.shape[0]
-        epochs = [
-            torch.randperm(n, generator=self._shuffler).tensor_split(opt.num_minibatches)
-            for _ in range(opt.mu)
-        ]
-        micro = opt.micro_batch_size or n
-        old_logps = b.old_logps
-        if self._recompute_old_logps:
-            self.policy.eval()
-            first_step_split = [part.to(self.device) for rows in epochs[0] for part in rows.split(micro)]
-            old_logps = recompute_old_logps(self.policy, b, first_step_split, self.rollout_cfg.temperature)
-        set_update_mode(self.policy, dropout=opt.update_dropout)  # keeps gradient checkpointing on
-        for step, rows in enumerate(rows for epoch in epochs for rows in epoch):
-            if self.global_step >= self.trainer.max_steps:
-                break
-            parts = [part.to(self.device) for part in rows.split(micro)]
-            stats = self._optimizer_step(b, parts, advantages, old_logps, ref_logps, sampler_gap=step == 0)
+        b, micro = plan.rollout, self.optim_cfg.micro_batch_size or plan.rollout.input_ids.shape[0]
+        set_update_mode(self.policy, dropout=self.optim_cfg.update_dropout)  # keeps gradient checkpointing on
+        while not plan.done and self.global_step < self.trainer.max_steps:
+            parts = [part.to(self.device) for part in plan.steps[plan.next_step].split(micro)]
+            stats = self._optimizer_step(plan, b, parts, sampler_gap=plan.next_step == 0)
+            plan.next_step += 1
             log_metrics(self.loggers, stats, self.global_step)
+            if self._stop_requested():
+                self.trainer.should_stop = True
+                return
+
+    def _stop_requested(self) -> bool:
+        """Whether any rank was asked to stop (decided together, so every rank stops after the same step)."""
+        signum = preemption.received()
+        if signum is not None and self.stop_reason is None:
+            self.stop_reason, self.stop_signal = f"{preemption.name(signum)} received", signum
+        if not self.trainer.strategy.reduce_boolean_decision(self.stop_reason is not None, all=False):
+            return False
+        # Every rank takes the first stopped rank's reason, so all of them end the run the same way.
+        reasons = rng_state.gather_per_rank((self.stop_reason, self.stop_signal))
+        self.stop_reason, self.stop_signal = next(r for r in reasons if r[0] is not None)
+        return True
 
     def _optimizer_step(
-        self,
-        b: RolloutBatch,
-        parts: list[torch.Tensor],
-        advantages: torch.Tensor,
-        old_logps: torch.Tensor,
-        ref_logps: torch.Tensor | None,
-        sampler_gap: bool,
+        self, plan: UpdatePlan, b: RolloutBatch, parts: list[torch.Tensor], sampler_gap: bool
     ) -> dict[str, float]:
-        """One optimizer step on the rows `parts` (its micro-batches); returns the step's metrics.
+        """One optimizer step on the rows `parts` (its micro-batches) of `b`; returns the step's metrics.
 
         The losses are normalised by the global step's totals, and DDP and FSDP2 average the ranks'
         gradients, so each rank's loss is scaled by the number of ranks: the averaged gradient is then
@@ -263,8 +377,13 @@ class PolicyModule(L.LightningModule):
         seqs, tokens = distributed.step_totals(len(rows), int(mask[rows].sum()), self.device)
         totals = {"num_sequences": seqs, "num_tokens": tokens}
         ranks = distributed.world_size()
+        # The plan holds the global batch's advantages: this rank trains on its own rows' share.
+        mine = plan.adv.advantages.tensor_split(ranks)[distributed.rank()]
+        advantages, old_logps, ref_logps = mine.to(self.device), plan.old_logps, plan.ref_logps
         stats = StepMetrics()
         optimizer.zero_grad(set_to_none=True)
+        if plan.non_finite is not None:
+            self.nonfinite.watch(plan.non_finite, True)
         for part in parts:
             logps, entropy = sequence_logps(
                 self.policy,
@@ -275,6 +394,8 @@ class PolicyModule(L.LightningModule):
                 temperature=self.rollout_cfg.temperature,
                 with_entropy=True,
             )
+            # masked_fill, not logps[mask]: boolean indexing would wait for the GPU on every micro-batch.
+            self.nonfinite.watch("log-prob", logps.detach().masked_fill(~mask[part], 0.0))
             out = self.loss_fn(
                 logps=logps,
                 labels=b.labels[part],
@@ -283,13 +404,16 @@ class PolicyModule(L.LightningModule):
                 ref_logps=None if ref_logps is None else ref_logps[part],
                 **totals,
             )
+            self.nonfinite.watch("loss", out.loss)
             self.manual_backward(out.loss * ranks)
             gap = logps.detach() - b.old_logps[part] if sampler_gap else None
             stats.add_micro(out, mask[part], entropy, gap)
         lr = self._lr()
-        optimizer.step()  # clips in on_before_optimizer_step
+        optimizer.step()  # clips, and skips a non-finite step, in on_before_optimizer_step
         self.lr_schedulers().step()
-        return stats.summary(self._grad_norm, lr)
+        if self.nonfinite.record(self.global_step, self._skipped_for) and self.stop_reason is None:
+            self.stop_reason = self.nonfinite.stop_message(self.global_step)
+        return stats.summary(self._grad_norm, lr) | {M.SKIPPED_STEPS: float(self.nonfinite.skipped)}
 
     # --- validation --------------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
@@ -308,11 +432,11 @@ class PolicyModule(L.LightningModule):
             )
         return validation_metrics(distributed.all_reduce(totals, "sum"))
 
-    def log_validation(self) -> dict[str, float]:
+    def log_validation(self, prog_bar: bool = True) -> dict[str, float]:
         """Evaluate on the held-out set and log at the current optimizer step."""
         self.last_val, self.last_val_step = self.evaluate(), self.global_step
         self.first_val = self.first_val or self.last_val
         log_metrics(self.loggers, self.last_val, self.global_step)
-        if self._trainer is not None and self.trainer.training:
+        if prog_bar and self._trainer is not None and self.trainer.training:
             self.log("acc", self.last_val[M.VAL_ACCURACY], prog_bar=True, logger=False)
         return self.last_val

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import warnings
@@ -10,14 +11,19 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import WandbLogger
-from lightning.pytorch.utilities import rank_zero_only
-from omegaconf import DictConfig
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
 from twinkle_exp import metric_names as M
+from twinkle_exp import preemption, resume
+from twinkle_exp.checkpointing import CheckpointCallback, last_checkpoint, weights_digest
 from twinkle_exp.config import Config, TrainerConfig
 from twinkle_exp.data import PromptStream, prompts_per_rank
+from twinkle_exp.metrics_file import truncate_rows
 from twinkle_exp.module import PolicyModule
 from twinkle_exp.policy import with_task_prompt_format
 from twinkle_exp.progress import RolloutProgressBar
@@ -25,8 +31,9 @@ from twinkle_exp.ranks import SameOutputDir, check_launch
 from twinkle_exp.report.run_summary import print_warnings, summarize_run
 from twinkle_exp.rewards import build_rewards
 from twinkle_exp.sharding import lightning_strategy
+from twinkle_exp.stopping import end_stopped_run
 from twinkle_exp.summary import print_summary
-from twinkle_exp.tracking import JobInfo, RunStatus, build_loggers
+from twinkle_exp.tracking import JobInfo, RunStatus, build_loggers, read_run_json, run_wandb_id
 from twinkle_exp.validation import check_config
 from twinkle_exp.warmup import warm_start
 from twinkle_exp.warmup_cache import cache_key
@@ -36,6 +43,8 @@ log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", message="Experiment logs directory .* exists and is not empty")
 # Lightning 2.6 calls a torch pytree API that torch 2.13 deprecates: nothing a user can act on.
 warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)")
+# The prompt stream resumes from the checkpoint's rollout count (data.PromptStream), which Lightning cannot see.
+warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before the epoch ended")
 
 
 def _quiet_lightning() -> None:
@@ -83,22 +92,63 @@ def build_module(cfg: Config, rank: int = 0) -> tuple[PolicyModule, dict[str, An
     return module, warm
 
 
+class _TakeBackSignals(L.Callback):
+    """Lightning installs its own SIGTERM handler when training starts (it would exit 0 mid-rollout)."""
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        preemption.reinstall()
+
+
+def _finished_before(job: JobInfo, start: resume.Start, max_steps: int) -> dict[str, Any] | None:
+    """The recorded result when this run directory already finished what is asked: nothing to do."""
+    previous = read_run_json(job.output_dir / "run.json")
+    own = start.checkpoint == last_checkpoint(job.output_dir)
+    if previous.get("status") == "finished" and own and start.step >= max_steps:
+        return previous.get("final")
+    return None
+
+
 def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
     """Run one experiment; returns the figures of its summary. The job's files go to Hydra's output dir.
 
     Every rank runs this; global rank 0 alone writes run.json, the checkpoint and the summary.
+    `cfg.resume` (default "auto") continues the run directory's checkpoint when there is one.
     """
     typed = typed or check_config(cfg)
     _quiet_lightning()
     job = JobInfo.from_hydra()
+    start = resume.find_start(typed.resume, job.output_dir)
+    done = _finished_before(job, start, typed.trainer.max_steps)
+    if done is not None:
+        log.warning("%s finished already (%d optimizer steps): nothing to do", job.output_dir, start.step)
+        return done
+    resumed_from = start.checkpoint and str(start.checkpoint)
     status: RunStatus | None = None
     loggers: list[Any] = []
-    start = time.time()
+    began = time.time()
+    is_slurm = SLURMEnvironment.detect()
     try:
-        loggers = build_loggers(cfg, typed.logger, typed.sweep_name, job)
+        config = OmegaConf.to_container(cfg, resolve=True)
+        resume.check_config(start, config)
+        resume.check_warmup_cache(start)
+        # Before the trainer knows the rank, Lightning's guess from the launcher's environment decides.
+        if rank_zero_only.rank == 0:  # rows logged after the checkpoint are dropped: the run logs them again
+            truncate_rows(job.output_dir / "metrics.csv", start.csv_rows)
+        wandb_id = run_wandb_id(read_run_json(job.output_dir / "run.json"), resumed_from)
+        loggers = build_loggers(cfg, typed.logger, typed.sweep_name, job, wandb_id=wandb_id)
         t = typed.trainer
         updates_per_rollout = typed.optim.mu * typed.optim.num_minibatches
-        callbacks = [RolloutProgressBar(updates_per_rollout)] if t.enable_progress_bar else []
+        callbacks: list[Any] = [_TakeBackSignals()]
+        checkpoints = None
+        # The trainer (and so the rank) comes before the module: the module's part is filled in below.
+        run_info: dict[str, Any] = {"config": config, "reference_digest": None, "warmup": None}
+        if t.save_checkpoint:
+            checkpoints = CheckpointCallback(
+                job.output_dir, t.checkpoint_every, run_info, loggers[0].rows_written
+            )
+            callbacks.append(checkpoints)
+        if t.enable_progress_bar:
+            callbacks.append(RolloutProgressBar(updates_per_rollout))
         trainer = L.Trainer(
             max_steps=t.max_steps,
             accelerator=t.accelerator,
@@ -108,6 +158,8 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
             precision=t.precision,
             logger=loggers,
             callbacks=[*callbacks, SameOutputDir(job.output_dir)],
+            # Requeueing is done after the checkpoint at the step boundary (stopping.py), not by Lightning.
+            plugins=[SLURMEnvironment(auto_requeue=False)] if is_slurm else None,
             enable_progress_bar=t.enable_progress_bar,
             enable_checkpointing=False,
             enable_model_summary=False,
@@ -116,29 +168,56 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
             num_sanity_val_steps=0,
         )
         check_launch(trainer, job.multirun)
-        status = RunStatus(job, typed.seed, write=trainer.is_global_zero)
+        status = RunStatus(
+            job, typed.seed, resumed_from, start.step, write=trainer.is_global_zero, wandb_id=wandb_id
+        )
+        if preemption.received() is not None:  # during the imports: nothing to lose, say so and go
+            end_stopped_run(status, job, preemption.received(), start.step, start.checkpoint, is_slurm)
         module, warm = build_module(typed, rank=trainer.global_rank)
+        reference_digest = weights_digest(module.reference)
+        resume.check_reference(start, reference_digest)
+        run_info.update(reference_digest=reference_digest, warmup=warm)
+        if start.checkpoint is not None:
+            log.warning("resuming from %s at optimizer step %d", start.checkpoint, start.step)
         log.info("loss: %r", module.loss_fn)
         L.seed_everything(typed.seed, verbose=False)
         share = prompts_per_rank(typed.rollout.prompts_per_step, trainer.world_size)
-        stream = PromptStream(module.task, share, typed.seed, rank=trainer.global_rank)
-        trainer.fit(module, train_dataloaders=DataLoader(stream, batch_size=None))
+        stream = PromptStream(
+            module.task, share, typed.seed, rank=trainer.global_rank, start=start.rollouts_done
+        )
+        # A SIGTERM before on_train_start takes the handler back from Lightning makes Lightning raise an
+        # exception that would exit 0; the signal our handler recorded is dealt with below instead.
+        if preemption.received() is None:  # else: a signal during the warm-start, stop before training
+            with contextlib.suppress(SIGTERMException):
+                trainer.fit(
+                    module,
+                    train_dataloaders=DataLoader(stream, batch_size=None),
+                    ckpt_path=None if start.checkpoint is None else str(start.checkpoint),
+                )
+        module.finish_cut_rollout()  # when resumed at max_steps, fit ran no hook that would have
+        for logger in loggers:
+            logger.save()
+        # Stopped before it wrote a checkpoint of its own: the one it resumed from is still the latest.
+        saved = checkpoints is not None and checkpoints.path.exists()
+        checkpoint = checkpoints.path if saved else start.checkpoint
+        if trainer.global_step < t.max_steps and module.stop_reason is not None:
+            end_stopped_run(
+                status, job, module.stop_signal, trainer.global_step, checkpoint, is_slurm, module.stop_reason
+            )
+        if trainer.global_step < t.max_steps and preemption.received() is not None:  # before training
+            end_stopped_run(status, job, preemption.received(), trainer.global_step, checkpoint, is_slurm)
         # The last training step validated already; with max_steps=0 this is also the first validation.
         validated = module.last_val_step == trainer.global_step and trainer.global_step > 0
         final = module.last_val if validated else module.log_validation()
         first = module.first_val
         for logger in loggers:
             logger.save()
-        checkpoint = None
-        if t.save_checkpoint:  # every rank takes part (FSDP2 gathers the shards); rank 0 writes
-            checkpoint = job.output_dir / "checkpoints" / "last.ckpt"
-            trainer.save_checkpoint(checkpoint, weights_only=False)
         result = {
             "accuracy_before": first[M.VAL_ACCURACY],
             "accuracy_after": final[M.VAL_ACCURACY],
             "steps": trainer.global_step,
             "rollouts": module.rollouts_done,
-            "wall_time_s": round(time.time() - start, 1),
+            "wall_time_s": round(time.time() - began, 1),
             "output_dir": str(job.output_dir),
             "metrics_csv": str(job.output_dir / "metrics.csv"),
             "checkpoint": None if checkpoint is None else str(checkpoint),
@@ -151,16 +230,29 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
             )
         status.finish("finished", final={k: v for k, v in result.items() if k != "warmup"})
         if trainer.is_global_zero:
-            print_summary(result, module.loss_fn, loggers, smoke_run="debug" in job.choices)
+            print_summary(
+                result,
+                module.loss_fn,
+                [lg for lg in loggers if not getattr(lg, "failure", None)],
+                smoke_run="debug" in job.choices,
+            )
             print_warnings(result["summary"])
         return result
     except BaseException as exc:
         # Before the trainer knows the rank, Lightning's guess from the launcher's environment decides.
-        status = status or RunStatus(job, typed.seed, write=rank_zero_only.rank == 0)
-        status.finish("failed", error=f"{type(exc).__name__}: {exc}")
+        status = status or RunStatus(
+            job, typed.seed, resumed_from, start.step, write=rank_zero_only.rank == 0
+        )
+        if status.data["status"] == "running":  # end_stopped_run has recorded its own ending
+            ended = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            status.finish(ended, error=f"{type(exc).__name__}: {exc}")
         raise
     finally:
+        preemption.restore()
         if any(isinstance(logger, WandbLogger) for logger in loggers):
             import wandb
 
-            wandb.finish()
+            try:
+                wandb.finish()
+            except Exception as exc:  # the run's outcome is already recorded; wandb's failure is not it
+                log.warning("wandb.finish failed: %s", exc)

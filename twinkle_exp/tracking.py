@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ class JobInfo:
     choices: dict[str, str] = field(default_factory=dict)
     sweep_dir: str | None = None
     multirun: bool = False
+    task_overrides: list[str] = field(default_factory=list)  # all of them, as typed (the resume command)
 
     @property
     def name(self) -> str:
@@ -53,6 +55,7 @@ class JobInfo:
             choices=choices,
             sweep_dir=hc.sweep.dir,
             multirun=hc.mode == RunMode.MULTIRUN,
+            task_overrides=list(hc.overrides.task),
         )
 
 
@@ -72,11 +75,18 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def build_loggers(cfg: DictConfig, logger: LoggerConfig, sweep_name: str | None, job: JobInfo) -> list[Any]:
-    """CSV always; wandb when `logger.wandb`, with the resolved `cfg` (and the git commit) as its config."""
-    from lightning.pytorch.loggers import CSVLogger, WandbLogger
+def build_loggers(
+    cfg: DictConfig, logger: LoggerConfig, sweep_name: str | None, job: JobInfo, wandb_id: str | None = None
+) -> list[Any]:
+    """CSV always; wandb when `logger.wandb`, with the resolved `cfg` (and the git commit) as its config.
 
-    loggers: list[Any] = [CSVLogger(save_dir=str(job.output_dir), name="", version="")]
+    `wandb_id`: the wandb run to write to (a resumed run continues its own); wandb failing to start is a
+    warning, and the run goes on with the CSV alone.
+    """
+    from twinkle_exp.metrics_file import MetricsCSVLogger
+    from twinkle_exp.safe_wandb import SafeWandbLogger
+
+    loggers: list[Any] = [MetricsCSVLogger(job.output_dir)]
     if not logger.wandb:
         return loggers
     group = sweep_name or (Path(job.sweep_dir).name if job.multirun and job.sweep_dir else None)
@@ -86,7 +96,9 @@ def build_loggers(cfg: DictConfig, logger: LoggerConfig, sweep_name: str | None,
     config["overrides"] = job.overrides
     import wandb
 
-    wandb_logger = WandbLogger(
+    wandb_logger = SafeWandbLogger(
+        id=wandb_id,
+        resume="allow",  # the same id continues the run, offline too (wandb sync merges the attempts)
         project=logger.project,
         entity=logger.entity,
         name=job.name,
@@ -103,7 +115,8 @@ def build_loggers(cfg: DictConfig, logger: LoggerConfig, sweep_name: str | None,
     )
     # Lightning passes anonymous=None, which wandb warns about on every run ("has no effect").
     wandb_logger._wandb_init.pop("anonymous", None)
-    loggers.append(wandb_logger)
+    if wandb_logger.start():
+        loggers.append(wandb_logger)
     return loggers
 
 
@@ -126,29 +139,65 @@ def log_samples(loggers: list[Any], columns: list[str], rows: list[list[Any]], s
             logger.log_table(key=M.SAMPLES_TABLE, columns=columns, data=rows, step=step)
 
 
+def run_wandb_id(previous: dict[str, Any], resumed_from: str | None) -> str:
+    """A fresh start is a new wandb run; a resumed one writes to the run it continues (`previous`: run.json)."""
+    return (resumed_from and previous.get("wandb_id")) or secrets.token_hex(4)
+
+
 class RunStatus:
-    """`<output_dir>/run.json`: running / finished / failed, which the report reads.
+    """`<output_dir>/run.json`: running / finished / failed / interrupted, which the report reads.
+
+    A resumed run keeps what the file said and appends an attempt: `attempts` lists each one (when it
+    started, from which checkpoint and step, how it ended), `wall_time_s` adds them up, and `wandb_id` stays
+    the same so every attempt writes to one wandb run.
 
     `write=False` (every rank but global rank 0) keeps the bookkeeping and writes nothing.
     """
 
-    def __init__(self, job: JobInfo, seed: int, write: bool = True) -> None:
+    def __init__(
+        self,
+        job: JobInfo,
+        seed: int,
+        resumed_from: str | None = None,
+        start_step: int = 0,
+        write: bool = True,
+        wandb_id: str | None = None,
+    ) -> None:
         self.path = job.output_dir / "run.json"
         self.write = write
         self.started = time.time()
+        previous = read_run_json(self.path)
+        attempts = [a for a in previous.get("attempts", []) if isinstance(a, dict)]
+        self.earlier_wall_time = sum(a.get("wall_time_s") or 0.0 for a in attempts)
+        now = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started))
+        self.attempt: dict[str, Any] = {
+            "started_at": now,
+            "resumed_from": resumed_from,
+            "start_step": start_step,
+            "status": "running",
+            "wall_time_s": None,
+            "error": None,
+        }
         self.data: dict[str, Any] = {
             "status": "running",
             "overrides": job.overrides,
             "loss": job.choices.get("loss"),
             "seed": seed,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started)),
+            "started_at": previous.get("started_at") or now,
             "wall_time_s": None,
             "error": None,
+            "attempt": len(attempts) + 1,
+            "attempts": [*attempts, self.attempt],
+            "wandb_id": wandb_id or run_wandb_id(previous, resumed_from),
         }
         self._write()
 
+    @property
+    def wandb_id(self) -> str:
+        return self.data["wandb_id"]
+
     def _write(self) -> None:
-        if not self.write:
+        if not self.write:  # under DDP every rank runs this; one writer, or attempts multiply
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
@@ -156,7 +205,18 @@ class RunStatus:
         os.replace(tmp, self.path)
 
     def finish(self, status: str, error: str | None = None, **extra: Any) -> None:
+        wall = round(time.time() - self.started, 2)
+        self.attempt.update(status=status, error=error, wall_time_s=wall)
         self.data.update(
-            status=status, error=error, wall_time_s=round(time.time() - self.started, 2), **extra
+            status=status, error=error, wall_time_s=round(self.earlier_wall_time + wall, 2), **extra
         )
         self._write()
+
+
+def read_run_json(path: Path) -> dict[str, Any]:
+    """A run.json as a dict; {} when there is none or it cannot be read (killed while writing)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -141,12 +141,13 @@ def compute_loss(
     must not be split across micro-batches.
     """
     seqs, tokens = _check_totals(b, num_sequences, num_tokens)
-    if b.num_tokens == 0:
-        return _empty_output(b, spec)
+    # Checked before the empty-batch shortcut: a missing reference is the caller's error on every batch.
     if spec.beta > 0 and b.ref_logps is None:
         raise ValueError(
             f"beta={spec.beta} > 0 needs ref_logps (reference log-probs); pass them or set beta=0"
         )
+    if b.num_tokens == 0:
+        return _empty_output(b, spec)
 
     objective = OBJECTIVES[spec.objective]
     ratio = _importance_weight(spec, b)

@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from .aggregate import DEFAULT_SCORES, group_by_variant, metric_score, summarize
+from .attempts import HEADERS as ATTEMPT_HEADERS
+from .attempts import attempt_rows, render_attempts_markdown
 from .checks_sweep import identical_variants, sweep_checks
 from .compare import compare_all
 from .grouping import GroupByError, assign_groups, flag_repeated_seeds, parse_group_by
@@ -134,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     blocks = build_blocks(data)
     markdown, page = out_dir / "report.md", out_dir / "report.html"
-    markdown.write_text(to_markdown(blocks), encoding="utf-8")
+    markdown.write_text(to_markdown(blocks) + render_attempts_markdown(runs), encoding="utf-8")
     page.write_text(to_html(blocks), encoding="utf-8")
     print_terminal(data, [markdown, page, *(p for _, p in plots.values() if p is not None)])
     problems = problem_items(runs)
@@ -162,6 +164,12 @@ def print_terminal(d: ReportData, written: list[Path]) -> None:
         row = variant_row(s, d.scores[:2], d.names.get(s.label))
         table.add_row(row[0], row[1], row[2], row[4], row[6], row[8])
     console.print(table)
+    jobs = Table(title="jobs and attempts")
+    for header in ATTEMPT_HEADERS:
+        jobs.add_column(header, overflow="fold")
+    for row in attempt_rows(d.runs):
+        jobs.add_row(*row)
+    console.print(jobs)
     for c in d.comparisons:
         if c.score is d.scores[0] or c.score not in DEFAULT_SCORES:  # final accuracy, and any --score
             console.print(c.sentence, highlight=False)

@@ -5,7 +5,13 @@ Text rewards (exact match, partial credit, length penalty, format) live in `text
 """
 
 from twinkle_exp.rewards.math_reward import MathReward, math_reward
-from twinkle_exp.rewards.reward_set import RewardFn, RewardFunction, RewardSet, build_rewards
+from twinkle_exp.rewards.reward_set import (
+    NonFiniteRewardError,
+    RewardFn,
+    RewardFunction,
+    RewardSet,
+    build_rewards,
+)
 from twinkle_exp.rewards.text import (
     FormatReward,
     LengthPenalty,
@@ -19,6 +25,7 @@ __all__ = [
     "FormatReward",
     "LengthPenalty",
     "MathReward",
+    "NonFiniteRewardError",
     "RewardFn",
     "RewardFunction",
     "RewardSet",

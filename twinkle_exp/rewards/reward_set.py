@@ -28,6 +28,14 @@ from twinkle_exp.errors import UserError
 RewardFn = Callable[[list[str], list[str], list[str]], list[float]]
 
 
+class NonFiniteRewardError(UserError):
+    """A reward came out NaN or inf (or beyond float32): the trainer skips that rollout's steps.
+
+    A `UserError` (the reward function is the user's), so that anywhere it is not caught it still ends the
+    run with one line and exit 2.
+    """
+
+
 @dataclass(frozen=True)
 class RewardFunction:
     """One term of the total reward: `weight * fn(...)`, reported under `name`."""
@@ -106,7 +114,9 @@ class RewardSet:
             total = torch.where(truncated.cpu(), total.clamp(max=self.truncated_max), total)
         total32 = total.to(torch.float32)
         if not torch.isfinite(total32).all():
-            raise ValueError("total reward overflows float32; check the weights and reward magnitudes")
+            raise NonFiniteRewardError(
+                "total reward overflows float32; check the weights and reward magnitudes"
+            )
         return total32, raw
 
 
@@ -122,10 +132,10 @@ def _checked(name: str, values: object, n: int) -> torch.Tensor:
         if not isinstance(v, numbers.Real):
             raise UserError(f"reward function {name!r}: value {i} is {v!r}, not a number")
         if not math.isfinite(v):
-            raise UserError(f"reward function {name!r}: value {i} is not finite ({v})")
+            raise NonFiniteRewardError(f"reward function {name!r}: value {i} is not finite ({v})")
     values_t = torch.tensor([float(v) for v in values], dtype=torch.float64)
     if not torch.isfinite(values_t.to(torch.float32)).all():
-        raise UserError(f"reward function {name!r}: a value is too large for float32")
+        raise NonFiniteRewardError(f"reward function {name!r}: a value is too large for float32")
     return values_t
 
 

@@ -1,0 +1,86 @@
+"""In-process runs that checkpoint, stop on a signal sent from inside a step, and resume: the trainer's
+resume path (checkpoint callback, appending metrics.csv, stream start, ckpt_path) without the CLI."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from twinkle_exp import preemption
+from twinkle_exp.checkpointing import CheckpointCallback, last_checkpoint
+from twinkle_exp.data import PromptStream
+from twinkle_exp.metrics_file import MetricsCSVLogger, truncate_rows
+from twinkle_exp.module import PolicyModule
+
+
+class _TakeBackSignals(L.Callback):
+    def on_train_start(self, trainer, pl_module) -> None:
+        preemption.reinstall()
+
+
+def signal_at_loss_call(module: PolicyModule, call: int, signum: int = signal.SIGTERM) -> None:
+    """Make the module's loss send `signum` to this process on its `call`-th call (1-based): a real signal
+    arriving in the middle of an optimizer step."""
+    inner, calls = module.loss_fn, [0]
+
+    def loss(**inputs: Any):
+        calls[0] += 1
+        if calls[0] == call:
+            os.kill(os.getpid(), signum)
+        return inner(**inputs)
+
+    module.loss_fn = loss
+
+
+def fit_resumable(
+    module: PolicyModule, run_dir: Path, max_steps: int, every: int | None = None, resume: bool = False
+) -> L.Trainer:
+    """Fit `module` in `run_dir` as run.py does, from `run_dir`'s checkpoint when `resume`."""
+    ckpt, start = None, 0
+    if resume:
+        ckpt = last_checkpoint(run_dir)
+        saved = torch.load(ckpt, map_location="cpu", weights_only=False)
+        start = saved["twinkle_module"]["rollouts_done"]
+        truncate_rows(run_dir / "metrics.csv", saved["twinkle_run"]["csv_rows"])
+    logger = MetricsCSVLogger(run_dir)
+    checkpoints = CheckpointCallback(run_dir, every, {"config": {}}, logger.rows_written)
+    trainer = L.Trainer(
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=1,
+        logger=logger,
+        callbacks=[_TakeBackSignals(), checkpoints],
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        default_root_dir=str(run_dir),
+    )
+    stream = PromptStream(module.task, module.rollout_cfg.prompts_per_step, seed=module.seed, start=start)
+    preemption.install()
+    try:
+        trainer.fit(module, train_dataloaders=DataLoader(stream, batch_size=None), ckpt_path=ckpt)
+    finally:
+        preemption.restore()
+    return trainer
+
+
+def csv_rows(path: Path, drop_prefix: str = "time/") -> list[dict[str, str]]:
+    """metrics.csv's rows without the wall-clock columns (the only ones a resumed run may change)."""
+    with open(path, newline="") as f:
+        return [
+            {k: v for k, v in row.items() if not k.startswith(drop_prefix) and v != ""}
+            for row in csv.DictReader(f)
+        ]
+
+
+def weights(module: PolicyModule) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.policy.state_dict().items()}

@@ -1,0 +1,97 @@
+"""metrics.csv that survives a resume: appended to, never deleted, rewritten only through a rename.
+
+Lightning's CSVLogger deletes an existing metrics.csv when it starts, and rewrites the file in place when a
+new column appears (a crash then loses it). A resumed run instead keeps the rows its checkpoint had seen
+(`keep_rows`), drops the ones logged after the checkpoint (the resumed run logs them again, identically),
+and appends.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.loggers.logger import rank_zero_experiment
+
+
+def _write_atomically(path: Path, fieldnames: list[str], rows: list[dict[str, str]]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fieldnames)
+        writer.writeheader()
+        writer.writerows(rows)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def truncate_rows(path: Path, keep_rows: int) -> int:
+    """Keep the header and the first `keep_rows` data rows of the CSV file at `path`; returns the rows kept."""
+    if not path.is_file():
+        return 0
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        fieldnames = list(reader.fieldnames or [])
+        rows = []
+        try:
+            for row in reader:
+                rows.append(row)
+        except csv.Error:
+            pass  # a row cut off by a crash (NUL bytes): it came after the checkpoint anyway
+    if not fieldnames:
+        path.unlink()
+        return 0
+    if len(rows) > keep_rows:
+        _write_atomically(path, fieldnames, rows[:keep_rows])
+    return min(len(rows), keep_rows)
+
+
+class _AppendingWriter(ExperimentWriter):
+    """Lightning's writer, starting from the file's header and row count instead of deleting it."""
+
+    def __init__(self, log_dir: str) -> None:
+        super().__init__(log_dir)
+        self.rows = 0
+        path = Path(self.metrics_file_path)
+        if path.is_file():
+            with open(path, newline="") as f:
+                reader = csv.DictReader(f)
+                self.metrics_keys = sorted(reader.fieldnames or [])
+                self.rows = sum(1 for _ in reader)
+
+    def _check_log_dir_exists(self) -> None:
+        pass  # the run directory holds run.json, .hydra and checkpoints; metrics.csv is appended to
+
+    def save(self) -> None:
+        pending = len(self.metrics)
+        super().save()
+        self.rows += pending
+
+    def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:
+        path = Path(self.metrics_file_path)
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        _write_atomically(path, fieldnames, rows)
+
+
+class MetricsCSVLogger(CSVLogger):
+    """`<save_dir>/metrics.csv`, appended to; `rows_written()` counts its data rows (for checkpoints)."""
+
+    def __init__(self, save_dir: str | os.PathLike) -> None:
+        super().__init__(save_dir=str(save_dir), name="", version="")
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> _AppendingWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _AppendingWriter(log_dir=self.log_dir)
+        return self._experiment
+
+    def rows_written(self) -> int:
+        """Data rows in metrics.csv once what was logged is flushed (0 on ranks other than global rank 0)."""
+        self.save()
+        return self.experiment.rows if isinstance(self.experiment, _AppendingWriter) else 0

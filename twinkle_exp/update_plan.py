@@ -1,0 +1,90 @@
+"""One rollout and the optimizer steps still to run on it, kept so that a checkpoint can fall between steps.
+
+A signal or a run of non-finite steps stops training after the current optimizer step, which is usually in
+the middle of a rollout's `optim.mu x optim.num_minibatches` steps. The checkpoint then holds this plan, and
+the resumed run finishes the same rollout on the same rows in the same order before it samples a new one,
+which is what makes the resumed run equal to the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from twinkle_exp.advantages import AdvantageResult
+from twinkle_exp.rollout import RolloutBatch
+
+
+@dataclass
+class UpdatePlan:
+    prompts: list[str]  # the rollout's prompts, one per group, as the stream gave them
+    answers: list[str]  # their gold answers, one per group
+    rollout: RolloutBatch
+    rewards: torch.Tensor  # [N] total reward per row (may hold NaN or inf: see non_finite)
+    per_fn: dict[str, torch.Tensor]  # {reward function: [N] unweighted}
+    adv: AdvantageResult  # the global batch's advantages [ranks x N] (every rank's rows), from finite rewards
+    old_logps: torch.Tensor  # [N, P + C] the loss's old log-probs (the sampler's, or recomputed)
+    ref_logps: torch.Tensor | None  # [N, P + C] the reference's log-probs; None without a reference
+    steps: list[torch.Tensor]  # each optimizer step's rows, [n_i] long, mu epochs x num_minibatches in order
+    non_finite: str | None = None  # "reward" or "advantage" when the rollout itself is unusable
+    next_step: int = 0  # index into steps of the next optimizer step to run
+    seconds: dict[str, float] = field(default_factory=dict)  # stage timings so far (time/*_s)
+    reward_metrics: dict[str, float] = field(default_factory=dict)  # this rank's RewardSet.last_metrics
+
+    @property
+    def done(self) -> bool:
+        return self.next_step >= len(self.steps)
+
+    def to(self, device: torch.device | str) -> UpdatePlan:
+        """The plan with its tensors on `device` (the rows stay where they are: they index CPU tensors too)."""
+        return _map_tensors(self, lambda t: t.to(device))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain containers and CPU tensors, for a checkpoint."""
+        cpu = _map_tensors(self, lambda t: t.detach().cpu())
+        state = {f.name: getattr(cpu, f.name) for f in dataclasses.fields(cpu)}
+        state["rollout"] = dataclasses.asdict(cpu.rollout)
+        state["adv"] = dataclasses.asdict(cpu.adv)
+        return state
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> UpdatePlan:
+        values = dict(state)
+        values["rollout"] = RolloutBatch(**state["rollout"])
+        values["adv"] = AdvantageResult(**state["adv"])
+        return cls(**values)
+
+
+def shuffled_steps(
+    rows: int, epochs: int, num_minibatches: int, generator: torch.Generator
+) -> list[torch.Tensor]:
+    """Each optimizer step's row indices: `epochs` shuffles of `rows` rows, each split into `num_minibatches`
+    parts whose sizes differ by at most one. `[n_i]` long tensors on the CPU, in the order they run."""
+    return [
+        part
+        for _ in range(epochs)
+        for part in torch.randperm(rows, generator=generator).tensor_split(num_minibatches)
+    ]
+
+
+def _map_tensors(plan: UpdatePlan, fn) -> UpdatePlan:
+    rollout = dataclasses.replace(
+        plan.rollout,
+        **{
+            f.name: fn(getattr(plan.rollout, f.name))
+            for f in dataclasses.fields(plan.rollout)
+            if isinstance(getattr(plan.rollout, f.name), torch.Tensor)
+        },
+    )
+    return dataclasses.replace(
+        plan,
+        rollout=rollout,
+        rewards=fn(plan.rewards),
+        per_fn={name: fn(values) for name, values in plan.per_fn.items()},
+        adv=dataclasses.replace(plan.adv, advantages=fn(plan.adv.advantages)),
+        old_logps=fn(plan.old_logps),
+        ref_logps=None if plan.ref_logps is None else fn(plan.ref_logps),
+    )
