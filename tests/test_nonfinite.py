@@ -14,7 +14,6 @@ from resume_helpers import csv_rows, fit_resumable, weights
 from twinkle_exp import metric_names as M
 from twinkle_exp.checkpointing import last_checkpoint
 from twinkle_exp.loss import GRPOLoss, LossOutput
-from twinkle_exp.models.tiny_lm import TinyLMOutput
 from twinkle_exp.nonfinite import QUANTITIES, NonFiniteGuard
 from twinkle_exp.rewards import RewardFunction, RewardSet
 
@@ -66,13 +65,12 @@ def _nan_reward(module):
 
 
 def _nan_logits_in_the_update(module):
-    # Only the update's forward has grad enabled: sampling, old and reference log-probs stay finite.
-    def hook(model, args, output):
-        if torch.is_grad_enabled():
-            return TinyLMOutput(logits=output.logits * NAN, past_key_values=output.past_key_values)
-        return None
+    # Only the update's forward has grad enabled: sampling, old and reference log-probs stay finite. The
+    # final norm's output feeds both the logits and the hidden-state log-probs, so either path breaks.
+    def hook(norm, args, output):
+        return output * NAN if torch.is_grad_enabled() else None
 
-    module.policy.register_forward_hook(hook)
+    module.policy.norm.register_forward_hook(hook)
 
 
 def _nan_loss(module):

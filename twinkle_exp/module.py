@@ -86,6 +86,7 @@ class PolicyModule(L.LightningModule):
         self.last_val: dict[str, float] = {}
         self.last_val_step = -1
         self.pending: UpdatePlan | None = None  # the rollout whose optimizer steps are not all done
+        self._final_val: dict[str, float] | None = None  # the last step's validation, logged at train end
         self.stop_reason: str | None = None  # why training stopped before max_steps, when it did
         self.stop_signal: int | None = None  # the signal that stopped it (None: non-finite values)
         self.nonfinite = NonFiniteGuard(optim.max_skipped_steps)
@@ -182,13 +183,20 @@ class PolicyModule(L.LightningModule):
         if plan.done:
             self._finish_rollout(plan)
             self.pending = None
+        if self.global_step >= self.trainer.max_steps:
+            # The final validation's figures, shown in the progress bar now (so it ends on the summary's
+            # accuracy) and logged in on_train_end, after the end-of-training checkpoint.
+            self._final_val = self.evaluate()
+            self.log("acc", self._final_val[M.VAL_ACCURACY], prog_bar=True, logger=False)
 
     def on_train_end(self) -> None:
         self.finish_cut_rollout()
         if self.global_step >= self.trainer.max_steps:
             # The final validation, inside fit but after the end-of-training checkpoint: a resumed run drops
-            # its rows with the others logged after the checkpoint, so none is logged twice.
-            self.log_validation(prog_bar=False)
+            # its rows with the others logged after the checkpoint, so none is logged twice. The weights
+            # have not changed since the last step evaluated them.
+            self.log_validation(prog_bar=False, figures=self._final_val)
+            self._final_val = None
 
     def finish_cut_rollout(self) -> None:
         """Log the rollout that trainer.max_steps cut short, once the end-of-training checkpoint is written.
@@ -432,9 +440,11 @@ class PolicyModule(L.LightningModule):
             )
         return validation_metrics(distributed.all_reduce(totals, "sum"))
 
-    def log_validation(self, prog_bar: bool = True) -> dict[str, float]:
-        """Evaluate on the held-out set and log at the current optimizer step."""
-        self.last_val, self.last_val_step = self.evaluate(), self.global_step
+    def log_validation(
+        self, prog_bar: bool = True, figures: dict[str, float] | None = None
+    ) -> dict[str, float]:
+        """Evaluate on the held-out set (unless `figures` of these weights are given) and log at this step."""
+        self.last_val, self.last_val_step = figures or self.evaluate(), self.global_step
         self.first_val = self.first_val or self.last_val
         log_metrics(self.loggers, self.last_val, self.global_step)
         if prog_bar and self._trainer is not None and self.trainer.training:
