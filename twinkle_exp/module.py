@@ -241,21 +241,22 @@ class PolicyModule(L.LightningModule):
             non_finite = "advantage"
         with timer(M.TIME_REFERENCE):
             ref_logps = self._reference_logps(rollout)
-        start = time.perf_counter()
-        opt = self.optim_cfg
-        n = rollout.input_ids.shape[0]
-        steps = shuffled_steps(n, opt.mu, opt.num_minibatches, self._shuffler)
-        old_logps = rollout.old_logps
-        if self._recompute_old_logps:
-            self.policy.eval()
-            # The first epoch's minibatches cover every row, in the first optimizer step's micro-batches.
-            micro = opt.micro_batch_size or n
-            first_epoch = steps[: opt.num_minibatches]
-            first_step_split = [part.to(self.device) for rows in first_epoch for part in rows.split(micro)]
-            old_logps = recompute_old_logps(
-                self.policy, rollout, first_step_split, self.rollout_cfg.temperature
-            )
-        timer.seconds[M.TIME_UPDATE] = time.perf_counter() - start
+        with timer(M.TIME_UPDATE):  # the old log-probs belong to the update's time
+            opt = self.optim_cfg
+            n = rollout.input_ids.shape[0]
+            steps = shuffled_steps(n, opt.mu, opt.num_minibatches, self._shuffler)
+            old_logps = rollout.old_logps
+            if self._recompute_old_logps:
+                self.policy.eval()
+                # The first epoch's minibatches cover every row, in the first optimizer step's micro-batches.
+                micro = opt.micro_batch_size or n
+                first_epoch = steps[: opt.num_minibatches]
+                first_step_split = [
+                    part.to(self.device) for rows in first_epoch for part in rows.split(micro)
+                ]
+                old_logps = recompute_old_logps(
+                    self.policy, rollout, first_step_split, self.rollout_cfg.temperature
+                )
         return UpdatePlan(
             prompts=list(batch["prompts"]),
             answers=list(batch["answers"]),
