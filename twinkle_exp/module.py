@@ -24,6 +24,7 @@ from twinkle_exp.rewards import NonFiniteRewardError, RewardSet
 from twinkle_exp.rollout import RolloutBatch, generate
 from twinkle_exp.rollout_metrics import RolloutRows, StageTimer, rollout_metrics
 from twinkle_exp.sharding import gathered, is_sharded, shard_model
+from twinkle_exp.shared_prefix import PrefixIndex, SharedPrefix
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking import log_metrics, log_samples
 from twinkle_exp.update_metrics import StepMetrics
@@ -239,8 +240,9 @@ class PolicyModule(L.LightningModule):
         adv = group_advantages(finite, rollout.group_size, self.advantage_cfg.scale, self.advantage_cfg.eps)
         if non_finite is None and not torch.isfinite(adv.advantages).all():
             non_finite = "advantage"
+        prefixes = PrefixIndex.of(rollout)
         with timer(M.TIME_REFERENCE):
-            ref_logps = self._reference_logps(rollout)
+            ref_logps = self._reference_logps(rollout, prefixes)
         with timer(M.TIME_UPDATE):  # the old log-probs belong to the update's time
             opt = self.optim_cfg
             n = rollout.input_ids.shape[0]
@@ -251,11 +253,9 @@ class PolicyModule(L.LightningModule):
                 # The first epoch's minibatches cover every row, in the first optimizer step's micro-batches.
                 micro = opt.micro_batch_size or n
                 first_epoch = steps[: opt.num_minibatches]
-                first_step_split = [
-                    part.to(self.device) for rows in first_epoch for part in rows.split(micro)
-                ]
+                first_step_split = [part for rows in first_epoch for part in rows.split(micro)]
                 old_logps = recompute_old_logps(
-                    self.policy, rollout, first_step_split, self.rollout_cfg.temperature
+                    self.policy, rollout, first_step_split, prefixes, self.rollout_cfg.temperature
                 )
         return UpdatePlan(
             prompts=list(batch["prompts"]),
@@ -312,7 +312,7 @@ class PolicyModule(L.LightningModule):
             )
 
     @torch.no_grad()
-    def _reference_logps(self, b: RolloutBatch) -> torch.Tensor | None:
+    def _reference_logps(self, b: RolloutBatch, prefixes: PrefixIndex) -> torch.Tensor | None:
         if not self._reference:
             return None
         with self._reference[0].weights() as reference:
@@ -323,6 +323,7 @@ class PolicyModule(L.LightningModule):
                 b.position_ids,
                 b.labels,
                 temperature=self.rollout_cfg.temperature,
+                prefix=prefixes.for_rows(None, self.device),
             )
         return logps
 
@@ -350,8 +351,10 @@ class PolicyModule(L.LightningModule):
         """
         b, micro = plan.rollout, self.optim_cfg.micro_batch_size or plan.rollout.input_ids.shape[0]
         set_update_mode(self.policy, dropout=self.optim_cfg.update_dropout)  # keeps gradient checkpointing on
+        prefixes = PrefixIndex.of(b)
         while not plan.done and self.global_step < self.trainer.max_steps:
-            parts = [part.to(self.device) for part in plan.steps[plan.next_step].split(micro)]
+            rows = plan.steps[plan.next_step].split(micro)
+            parts = [(part.to(self.device), prefixes.for_rows(part, self.device)) for part in rows]
             stats = self._optimizer_step(plan, b, parts, sampler_gap=plan.next_step == 0)
             plan.next_step += 1
             log_metrics(self.loggers, stats, self.global_step)
@@ -372,9 +375,14 @@ class PolicyModule(L.LightningModule):
         return True
 
     def _optimizer_step(
-        self, plan: UpdatePlan, b: RolloutBatch, parts: list[torch.Tensor], sampler_gap: bool
+        self,
+        plan: UpdatePlan,
+        b: RolloutBatch,
+        parts: list[tuple[torch.Tensor, SharedPrefix | None]],
+        sampler_gap: bool,
     ) -> dict[str, float]:
-        """One optimizer step on the rows `parts` (its micro-batches) of `b`; returns the step's metrics.
+        """One optimizer step on `parts` of `b` (its micro-batches: rows and their shared prompts); returns
+        the step's metrics.
 
         The losses are normalised by the global step's totals, and DDP and FSDP2 average the ranks'
         gradients, so each rank's loss is scaled by the number of ranks: the averaged gradient is then
@@ -382,7 +390,7 @@ class PolicyModule(L.LightningModule):
         """
         optimizer = self.optimizers()
         mask = b.completion_mask
-        rows = torch.cat(parts)
+        rows = torch.cat([part for part, _ in parts])
         seqs, tokens = distributed.step_totals(len(rows), int(mask[rows].sum()), self.device)
         totals = {"num_sequences": seqs, "num_tokens": tokens}
         ranks = distributed.world_size()
@@ -393,7 +401,7 @@ class PolicyModule(L.LightningModule):
         optimizer.zero_grad(set_to_none=True)
         if plan.non_finite is not None:
             self.nonfinite.watch(plan.non_finite, True)
-        for part in parts:
+        for part, prefix in parts:
             logps, entropy = sequence_logps(
                 self.policy,
                 b.input_ids[part],
@@ -402,6 +410,7 @@ class PolicyModule(L.LightningModule):
                 b.labels[part],
                 temperature=self.rollout_cfg.temperature,
                 with_entropy=True,
+                prefix=prefix,
             )
             # masked_fill, not logps[mask]: boolean indexing would wait for the GPU on every micro-batch.
             self.nonfinite.watch("log-prob", logps.detach().masked_fill(~mask[part], 0.0))

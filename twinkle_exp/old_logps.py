@@ -15,6 +15,7 @@ from torch import nn
 from twinkle_exp.config import OLD_LOGPS_MODES
 from twinkle_exp.policy import sequence_logps
 from twinkle_exp.rollout import RolloutBatch
+from twinkle_exp.shared_prefix import PrefixIndex
 
 FULL_PRECISION = ("32-true", "32", "64-true", "64")
 
@@ -43,15 +44,21 @@ def should_recompute(mode: str, precision: str, model: nn.Module) -> bool:
 
 @torch.no_grad()
 def recompute_old_logps(
-    model: nn.Module, b: RolloutBatch, micro_batches: list[torch.Tensor], temperature: float
+    model: nn.Module,
+    b: RolloutBatch,
+    micro_batches: list[torch.Tensor],
+    prefixes: PrefixIndex,
+    temperature: float,
 ) -> torch.Tensor:
     """`[N, P + C]` log-probs of `b.labels` under `model` as it is now, computed micro-batch by micro-batch.
 
-    `micro_batches` (row indices covering every row) should be the first optimizer step's own split, so
-    that step's forward repeats this one exactly and its ratios are exactly 1.
+    `micro_batches` (`[n_i]` row indices on the CPU, covering every row) should be the first optimizer
+    step's own split, and `prefixes` the update's, so that step's forward repeats this one exactly and its
+    ratios are exactly 1.
     """
     old = torch.zeros_like(b.old_logps)
-    for rows in micro_batches:
+    for cpu_rows in micro_batches:
+        rows = cpu_rows.to(old.device)
         old[rows], _ = sequence_logps(
             model,
             b.input_ids[rows],
@@ -59,5 +66,6 @@ def recompute_old_logps(
             b.position_ids[rows],
             b.labels[rows],
             temperature=temperature,
+            prefix=prefixes.for_rows(cpu_rows, old.device),
         )
     return old

@@ -11,12 +11,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from twinkle_exp.loss import IGNORE_INDEX, shift_hidden_to_labels, shift_logits_to_labels, token_entropy
+from twinkle_exp.loss import (
+    IGNORE_INDEX,
+    hidden_log_probs,
+    shift_hidden_to_labels,
+    shift_logits_to_labels,
+    token_entropy,
+)
 from twinkle_exp.models import CharTokenizer, TinyCausalLM, Tokenizer, load_hf_causal_lm, load_hf_model
 from twinkle_exp.models.backbone import call_as_forward, hidden_states_and_head, output_head
 from twinkle_exp.models.chat import with_chat_template
 from twinkle_exp.models.hf import enable_gradient_checkpointing
 from twinkle_exp.models.lora import LoraSettings, apply_lora
+from twinkle_exp.shared_prefix import SharedPrefix, can_share, shared_hidden_states
 
 
 @dataclass
@@ -121,12 +128,14 @@ def sequence_logps(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    prefix: SharedPrefix | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of `labels` (aligned with them) and, optionally, the policy's entropy at those positions.
 
     Computed from the final hidden states and the output head (`hidden_log_probs`), so the `[B, T, V]`
     logits never exist; models whose logits are not `head(hidden)` (see `models/backbone.py`) take the
-    logits path instead, with the same results.
+    logits path instead, with the same results. With a `prefix` (`PrefixIndex.for_rows`), rows that share
+    their prompt run it through the model once (`shared_prefix`), where the model allows.
 
     Args:
         input_ids, attention_mask, position_ids, labels: `[B, T]`, as a `RolloutBatch` holds them.
@@ -134,6 +143,9 @@ def sequence_logps(
         logps `[B, T]` float32 with grad, 0 off the labels; entropy `[B, T]` (no grad, 0 off the labels)
         or None.
     """
+    if prefix is not None and can_share(model):
+        args = (input_ids, attention_mask, position_ids, labels, temperature, with_entropy, prefix)
+        return call_as_forward(model, _from_shared_prefix, *args)
     if output_head(model) is not None:
         args = (input_ids, attention_mask, position_ids, labels, temperature, with_entropy)
         return call_as_forward(model, _from_hidden_states, *args)
@@ -152,3 +164,21 @@ def _from_hidden_states(model, input_ids, attention_mask, position_ids, labels, 
     return shift_hidden_to_labels(
         hidden, head.weight, labels, bias=head.bias, temperature=temperature, with_entropy=with_entropy
     )
+
+
+def _from_shared_prefix(
+    model, input_ids, attention_mask, position_ids, labels, temperature, with_entropy, prefix
+):
+    """`sequence_logps` running each distinct prefix once; the four tensors are `[B, T]`."""
+    hidden = shared_hidden_states(model, input_ids, attention_mask, position_ids, prefix)
+    head = output_head(model)
+    logps, entropy = hidden_log_probs(
+        hidden,
+        head.weight,
+        labels[:, prefix.width :],
+        bias=head.bias,
+        temperature=temperature,
+        with_entropy=with_entropy,
+    )
+    pad = torch.nn.functional.pad
+    return pad(logps, (prefix.width, 0)), None if entropy is None else pad(entropy, (prefix.width, 0))

@@ -148,7 +148,7 @@ class TinyCausalLM(nn.Module):
         position_ids: torch.Tensor | None = None,  # [B, T]
     ) -> torch.Tensor:  # [B, T, D] after the final norm: `lm_head` of it gives `forward`'s logits
         """The final hidden states without the head, so log-probs can be taken without `[B, T, V]` logits."""
-        return self._trunk(input_ids, attention_mask, position_ids, None)[0]
+        return self.trunk(input_ids, attention_mask, position_ids, None)[0]
 
     def forward(
         self,
@@ -158,16 +158,17 @@ class TinyCausalLM(nn.Module):
         past_key_values: KVCache | None = None,
         use_cache: bool = False,
     ) -> TinyLMOutput:
-        x, cache = self._trunk(input_ids, attention_mask, position_ids, past_key_values)
+        x, cache = self.trunk(input_ids, attention_mask, position_ids, past_key_values)
         return TinyLMOutput(logits=self.lm_head(x), past_key_values=cache if use_cache else None)
 
-    def _trunk(
+    def trunk(
         self,
         input_ids: torch.Tensor,  # [B, T]
         attention_mask: torch.Tensor | None,  # [B, Tpast + T]
         position_ids: torch.Tensor | None,  # [B, T]
         past_key_values: KVCache | None,
     ) -> tuple[torch.Tensor, KVCache]:  # final-normed hidden states [B, T, D], the extended cache
+        """The model without its head, continuing `past_key_values` (the log-prob passes share prompts so)."""
         b, t = input_ids.shape
         t_past = 0 if past_key_values is None else past_key_values[0][0].shape[2]
         total = t_past + t

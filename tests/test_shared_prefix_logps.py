@@ -1,0 +1,137 @@
+"""Log-prob passes that run each distinct prompt once equal the full forward, values and gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model
+from twinkle_exp.policy import sequence_logps
+from twinkle_exp.rollout import generate
+from twinkle_exp.shared_prefix import PrefixIndex, can_share
+
+TEMPERATURE = 1.3
+TOKENIZER = CharTokenizer()
+# Ragged prompts (left padding), one repeated across groups, so rows share prompts within and across groups.
+PROMPTS = ["12+34=", "7+8=", "12+34=", "abc"]
+
+
+def tiny():
+    torch.manual_seed(0)
+    return TinyCausalLM(TOKENIZER.vocab_size, d_model=16, n_layers=2, n_heads=2, max_seq_len=32, dropout=0.0)
+
+
+def qwen2_tied():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Qwen2Config(
+        vocab_size=TOKENIZER.vocab_size,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=32,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    return transformers.Qwen2ForCausalLM(config)
+
+
+def llama_lora():
+    peft = pytest.importorskip("peft")
+    model = build_tiny_hf_model(TOKENIZER.vocab_size, hidden_size=16, intermediate_size=32, num_heads=2)
+    model = peft.get_peft_model(
+        model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    )
+    with torch.no_grad():  # non-zero adapters, so that they take part in the function
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.1)
+    return model
+
+
+def rollout(model, max_new_tokens: int = 5):
+    gen = torch.Generator().manual_seed(0)
+    return generate(
+        model, TOKENIZER, PROMPTS, group_size=3, max_new_tokens=max_new_tokens, temperature=4.0, generator=gen
+    )
+
+
+def logps_and_grads(model, b, rows, prefix):
+    params = [p for p in model.parameters() if p.requires_grad]
+    args = [t[rows] for t in (b.input_ids, b.attention_mask, b.position_ids, b.labels)]
+    logps, entropy = sequence_logps(model, *args, temperature=TEMPERATURE, with_entropy=True, prefix=prefix)
+    upstream = torch.randn(logps.shape, dtype=logps.dtype, generator=torch.Generator().manual_seed(1))
+    return logps, entropy, torch.autograd.grad((logps * upstream).sum(), params)
+
+
+# transformers' RMSNorm computes in float32 even in a float64 model, so the order in which the rows'
+# gradients are summed (per row, or once per shared prompt) shows at float32's precision there.
+@pytest.mark.parametrize(
+    "build, grad_tol", [(tiny, 1e-10), (qwen2_tied, 1e-6), (llama_lora, 1e-6)], ids=["tiny", "qwen2", "lora"]
+)
+@pytest.mark.parametrize("max_new_tokens", [5, 1])
+def test_shared_prefix_equals_the_full_forward(build, grad_tol, max_new_tokens):
+    model = build().double().eval()
+    b = rollout(model, max_new_tokens)
+    completion_columns = b.completion_mask[:, PrefixIndex.of(b).width :]
+    assert max_new_tokens == 1 or not completion_columns.all(), "some rows should end early, leaving padding"
+    rows = torch.tensor([5, 0, 1, 7, 8, 11, 2, 3, 6])  # a shuffled minibatch, as the update draws them
+    prefix = PrefixIndex.of(b).for_rows(rows, "cpu")
+    assert prefix is not None and len(prefix.first) == 3  # "12+34=" (in two groups), "7+8=", "abc"
+    assert can_share(model)
+    logps, entropy, grads = logps_and_grads(model, b, rows, prefix)
+    ref_logps, ref_entropy, ref_grads = logps_and_grads(model, b, rows, None)
+    torch.testing.assert_close(logps, ref_logps, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(entropy, ref_entropy, atol=1e-10, rtol=1e-10)
+    for g, ref in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, ref, atol=grad_tol, rtol=grad_tol)
+
+
+def test_the_prompt_goes_through_the_model_once_per_distinct_prompt():
+    model = tiny().eval()
+    b = rollout(model)
+    width, n, t = PrefixIndex.of(b).width, *b.input_ids.shape
+    tokens = []
+    model.tok_emb.register_forward_hook(lambda _m, args, _out: tokens.append(args[0].numel()))
+    prefix = PrefixIndex.of(b).for_rows(None, "cpu")
+    sequence_logps(model, b.input_ids, b.attention_mask, b.position_ids, b.labels, prefix=prefix)
+    assert sum(tokens) == 3 * width + n * (t - width - 1)  # 3 distinct prompts, then the completions
+    tokens.clear()
+    sequence_logps(model, b.input_ids, b.attention_mask, b.position_ids, b.labels)
+    assert sum(tokens) == n * t
+
+
+def test_prefix_index():
+    model = tiny().eval()
+    b = rollout(model)
+    index = PrefixIndex.of(b)
+    assert index.width == b.input_ids.shape[1] - (b.labels != -100).sum(1).max()
+    prefix = index.for_rows(None, "cpu")
+    shared = b.input_ids[:, : index.width]
+    assert torch.equal(shared[prefix.first][prefix.source], shared)
+    assert index.for_rows(torch.tensor([0, 3, 9]), "cpu") is None  # three prompts of their own: no saving
+    assert len(index.for_rows(torch.tensor([0, 6]), "cpu").first) == 1  # the same prompt in two groups
+
+
+def test_checkpointing_layers_and_sliding_windows_take_the_full_forward():
+    transformers = pytest.importorskip("transformers")
+    from twinkle_exp.models.hf import enable_gradient_checkpointing, set_update_mode
+
+    model = build_tiny_hf_model(TOKENIZER.vocab_size, hidden_size=16, intermediate_size=32, num_heads=2)
+    assert can_share(model)
+    enable_gradient_checkpointing(model)
+    set_update_mode(model, dropout=False)  # the update: its checkpointed layers train, and drop a cache
+    assert not can_share(model)
+    model.eval()  # the no-grad passes (old log-probs, reference) do not checkpoint: they share
+    assert can_share(model)
+    config = transformers.MistralConfig(
+        vocab_size=TOKENIZER.vocab_size,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        sliding_window=4,
+    )
+    assert not can_share(transformers.MistralForCausalLM(config))
