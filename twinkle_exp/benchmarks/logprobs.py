@@ -8,8 +8,10 @@ Three methods, from the final hidden states `[N, H]` and the head `[V, H]`:
 - `selective`: `lm_head`, then `selective_log_softmax` (chunked, on the full logits).
 
 Each (dtype, method, repeat) runs in its own subprocess, so its peak memory is its own (see `harness.py`);
-repeats are interleaved across methods so that a change of machine load hits all of them alike. The table
-gives medians, and each case's extra peak memory and time relative to `naive`.
+repeats are interleaved across methods so that a change of machine load hits all of them alike. A process
+warms up, then times `--iters` passes (10 on a GPU, where one takes milliseconds; 1 on a CPU, where it takes
+seconds) and reports their median. The table gives medians over processes, and each case's extra peak
+memory and time relative to `naive`. `--chunk-elements` overrides the chunk size of `hidden` and `selective`.
 """
 
 from __future__ import annotations
@@ -28,22 +30,29 @@ from twinkle_exp.benchmarks.harness import (
     print_child_result,
 )
 from twinkle_exp.loss import hidden_log_probs, selective_log_softmax
+from twinkle_exp.loss.chunked_softmax import chunk_elements
+from twinkle_exp.loss.hidden_logprobs import DEFAULT_CHUNK_TOKENS
 
 METHODS = ("hidden", "naive", "selective")
 
 
-def log_probs(method: str, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """hidden [N, H], weight [V, H], labels [N] -> logps [N] float32, by `method`."""
+def log_probs(
+    method: str, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk: int | None = None
+) -> torch.Tensor:
+    """hidden [N, H], weight [V, H], labels [N] -> logps [N] float32, by `method`; `chunk`: float32 elements
+    of logits per chunk (None: the library's default for the device)."""
+    n, v = labels.shape[0], weight.shape[0]
     if method == "hidden":
-        return hidden_log_probs(hidden, weight, labels)[0]
+        chunk_vocab = None if chunk is None else max(1, chunk // min(n, DEFAULT_CHUNK_TOKENS))
+        return hidden_log_probs(hidden, weight, labels, chunk_vocab=chunk_vocab)[0]
     logits = torch.nn.functional.linear(hidden, weight)  # [N, V], what lm_head returns
     if method == "naive":
         return torch.log_softmax(logits.float(), dim=-1).gather(-1, labels[:, None]).squeeze(-1)
-    return selective_log_softmax(logits, labels)
+    return selective_log_softmax(logits, labels, chunk_tokens=None if chunk is None else max(1, chunk // v))
 
 
 def run_case(spec: dict) -> dict:
-    """In the child: build the inputs, warm up on a few tokens, then time one forward + backward."""
+    """In the child: build the inputs, warm up, then time `iters` forward + backward passes (their median)."""
     torch.set_num_threads(spec["threads"])
     device, dtype = spec["device"], getattr(torch, spec["dtype"])
     gen = torch.Generator(device=device).manual_seed(0)
@@ -55,15 +64,23 @@ def run_case(spec: dict) -> dict:
     labels = torch.randint(0, v, (n,), generator=gen, device=device)
     upstream = torch.randn(n, generator=gen, device=device)  # d loss / d logp, as a loss would give
 
-    log_probs(spec["method"], hidden[:16], weight, labels[:16]).sum().backward()  # one-time set-up costs
-    hidden.grad = weight.grad = None
+    method, chunk = spec["method"], spec["chunk_elements"]
+    # One-time set-up costs (lazy kernel loading, library heuristics): on a GPU at the full size, which
+    # takes milliseconds; on a CPU, where a pass takes tens of seconds, on a few tokens.
+    warm = n if device == "cuda" else 16
+    log_probs(method, hidden[:warm], weight, labels[:warm], chunk).sum().backward()
+    hidden.grad = weight.grad = None  # each pass's gradients count in its peak
+    walls, cpus = [], []
     with PeakMemory(device) as memory:
-        wall, cpu = time.perf_counter(), time.process_time()
-        (log_probs(spec["method"], hidden, weight, labels) * upstream).sum().backward()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return {"wall_s": wall, "cpu_s": cpu, "extra_peak_mib": memory.extra_mib}
+        for _ in range(spec["iters"]):
+            hidden.grad = weight.grad = None
+            wall, cpu = time.perf_counter(), time.process_time()
+            (log_probs(method, hidden, weight, labels, chunk) * upstream).sum().backward()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            walls.append(time.perf_counter() - wall)
+            cpus.append(time.process_time() - cpu)
+    return {"wall_s": median(walls), "cpu_s": median(cpus), "extra_peak_mib": memory.extra_mib}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -77,15 +94,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--iters", type=int, default=None, help="timed passes per process (cuda 10, cpu 1)")
+    parser.add_argument(
+        "--chunk-elements", type=int, default=None, help="float32 logits per chunk (default: the device's)"
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.iters is None:
+        args.iters = 10 if args.device == "cuda" else 1
     if args.child:
         print_child_result(run_case(json.loads(args.child)))
         return
 
     print(
         f"log-probs forward + backward: {args.tokens} tokens, hidden {args.hidden}, vocabulary {args.vocab}, "
-        f"head {args.head}, {args.device}, {args.threads} thread(s), median of {args.repeats}"
+        f"head {args.head}, {args.device}, {args.threads} thread(s); chunks of "
+        f"{args.chunk_elements or chunk_elements(args.device)} float32 logits; median over {args.repeats} "
+        f"processes of each one's median of {args.iters} passes"
     )
     print(f"before: {load_average()}", flush=True)
     runs: dict[tuple[str, str], list] = {}
@@ -98,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
                 runs.setdefault((dtype, method), []).append(m)
                 print(
                     f"  repeat {repeat} {dtype:<9} {method:<10} {m.result['extra_peak_mib']:8.0f} MiB "
-                    f"{m.result['wall_s']:7.2f} s wall {m.result['cpu_s']:7.2f} s cpu | others used "
+                    f"{m.result['wall_s']:8.4f} s wall {m.result['cpu_s']:8.4f} s cpu | others used "
                     f"{m.others_cores:.2f} cores, load {m.load_before[0]:.2f} -> {m.load_after[0]:.2f}"
                     f"{'  BUSY' if m.busy else ''}",
                     flush=True,
@@ -130,8 +155,8 @@ def print_table(runs: dict, dtypes: list[str], methods: list[str]) -> None:
             wall_ratio = f"{row['wall_s'] / base['wall_s']:.2f}x" if base else "-"
             cpu_ratio = f"{row['cpu_s'] / base['cpu_s']:.2f}x" if base else "-"
             print(
-                f"{dtype:<10}{m:<11}{row['extra_peak_mib']:>15.0f}{mem_ratio:>9}{row['wall_s']:>9.2f}"
-                f"{wall_ratio:>9}{row['cpu_s']:>8.2f}{cpu_ratio:>9}  {busy}/{len(runs[dtype, m])}"
+                f"{dtype:<10}{m:<11}{row['extra_peak_mib']:>15.0f}{mem_ratio:>9}{row['wall_s']:>9.4f}"
+                f"{wall_ratio:>9}{row['cpu_s']:>8.4f}{cpu_ratio:>9}  {busy}/{len(runs[dtype, m])}"
                 f"{'  BUSY MACHINE' if busy else ''}"
             )
 

@@ -11,8 +11,16 @@ from __future__ import annotations
 import torch
 
 # float32 elements in one chunk of logits (32 MiB): small next to the full logits (4096 tokens x 152k
-# vocabulary = 2.3 GiB in float32), large enough that a chunk's matmul runs at full speed.
+# vocabulary = 2.3 GiB in float32), large enough that a chunk's matmul runs at full speed on a CPU.
 CHUNK_ELEMENTS = 2**23
+# On a GPU a 32 MiB tile is a few microseconds of work per kernel, and the ~25 kernels a tile launches
+# dominate: 128 MiB tiles (see `chunk_elements`).
+CUDA_CHUNK_ELEMENTS = 2**25
+
+
+def chunk_elements(device: torch.device | str) -> int:
+    """float32 elements of logits that one chunk holds on `device`."""
+    return CUDA_CHUNK_ELEMENTS if torch.device(device).type == "cuda" else CHUNK_ELEMENTS
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:

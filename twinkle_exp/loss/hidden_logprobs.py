@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from twinkle_exp.loss.chunked_softmax import CHUNK_ELEMENTS, compute_dtype
+from twinkle_exp.loss.chunked_softmax import chunk_elements, compute_dtype
 from twinkle_exp.loss.hidden_chunks import backward_tiles, forward_tiles
 from twinkle_exp.loss.logprobs import IGNORE_INDEX
 
@@ -96,7 +96,7 @@ def hidden_log_probs(
         temperature: divides the logits, as the sampler did.
         with_entropy: also return the entropy of the tempered distribution (no gradient).
         chunk_tokens, chunk_vocab: the tile of logits computed at once; `chunk_vocab` defaults to
-            `2**23 / min(tokens, chunk_tokens)` columns, a 32 MiB float32 tile.
+            `chunk_elements / min(tokens, chunk_tokens)` columns, a 32 MiB float32 tile (128 MiB on a GPU).
 
     Returns:
         logps `[...]` float32 (float64 for float64 inputs), differentiable w.r.t. hidden, weight and bias;
@@ -119,7 +119,7 @@ def hidden_log_probs(
     h = hidden[valid].to(dtype)  # [N, H] only the positions that have a label
     w, b = weight.to(dtype), None if bias is None else bias.to(dtype)
     if chunk_vocab is None:
-        chunk_vocab = max(1, CHUNK_ELEMENTS // max(1, min(h.shape[0], chunk_tokens)))
+        chunk_vocab = max(1, chunk_elements(h.device) // max(1, min(h.shape[0], chunk_tokens)))
     chunks = (int(chunk_tokens), int(chunk_vocab))
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (h, w, b)):
         logps, entropy = _HiddenLogProbs.apply(

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import torch
 
-from twinkle_exp.loss.chunked_softmax import CHUNK_ELEMENTS, Buffers, compute_dtype, exp_shifted_
+from twinkle_exp.loss.chunked_softmax import Buffers, chunk_elements, compute_dtype, exp_shifted_
 
 IGNORE_INDEX = -100
 
 
-def _rows_per_chunk(chunk_tokens: int | None, vocab: int) -> int:
+def _rows_per_chunk(chunk_tokens: int | None, vocab: int, device: torch.device) -> int:
     if chunk_tokens is None:
-        return max(1, CHUNK_ELEMENTS // vocab)
+        return max(1, chunk_elements(device) // vocab)
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
     return int(chunk_tokens)
@@ -85,8 +85,8 @@ def selective_log_softmax(
         logits: `[..., V]` scores, any float dtype.
         labels: `[...]` token ids; `IGNORE_INDEX` (-100) positions get log-prob 0.
         temperature: divides the logits, as the sampler did.
-        chunk_tokens: rows processed at once (default: 2**23 / V, a 32 MiB float32 chunk); bounds the
-            working memory to `chunk_tokens x V` float32 elements.
+        chunk_tokens: rows processed at once (default: `chunk_elements / V`, a 32 MiB float32 chunk, 128
+            MiB on a GPU); bounds the working memory to `chunk_tokens x V` float32 elements.
 
     Returns:
         `[...]` log-probs in float32 (float64 for float64 logits), differentiable w.r.t. `logits`.
@@ -100,7 +100,7 @@ def selective_log_softmax(
     valid = labels != IGNORE_INDEX
     flat_logits = logits.reshape(-1, logits.shape[-1])
     flat_labels = torch.where(valid, labels, 0).reshape(-1)
-    chunk = _rows_per_chunk(chunk_tokens, logits.shape[-1])
+    chunk = _rows_per_chunk(chunk_tokens, logits.shape[-1], logits.device)
     logps = _SelectiveLogSoftmax.apply(flat_logits, flat_labels, float(temperature), chunk)
     return logps.reshape(labels.shape).masked_fill(~valid, 0.0)
 
@@ -123,7 +123,7 @@ def token_entropy(
 ) -> torch.Tensor:
     """Entropy of `softmax(logits / temperature)` per position, `[..., V]` -> `[...]` float32, no grad."""
     flat = logits.reshape(-1, logits.shape[-1])
-    chunk = _rows_per_chunk(chunk_tokens, flat.shape[1])
+    chunk = _rows_per_chunk(chunk_tokens, flat.shape[1], flat.device)
     out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
     bufs = Buffers(min(chunk, flat.shape[0]) * flat.shape[1], logits.device)
     for start in range(0, flat.shape[0], chunk):
