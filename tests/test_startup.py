@@ -92,6 +92,16 @@ def test_a_typo_in_a_group_name_is_caught_before_hydra_misleads():
     ]
 
 
+def test_lora_settings_need_the_lora_policy():
+    # Hydra itself fails on policy=hf's `lora: null` with an AssertionError and a traceback.
+    assert override_problems(["policy=hf", "policy.lora.r=4"]) == [
+        "policy.lora.r=4: policy=hf has no LoRA settings; use policy=hf_lora policy.name_or_path=... to train "
+        "LoRA adapters"
+    ]
+    assert override_problems(["policy=hf_lora", "policy.lora.r=4"]) == []
+    assert override_problems(["-m", "policy=hf,hf_lora", "policy.lora.r=4"]) == []
+
+
 def test_wandb_online_without_a_login(monkeypatch, tmp_path):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc

@@ -67,7 +67,19 @@ def override_problems(args: list[str]) -> list[str]:
         top = arg.split("=", 1)[0].split(".", 1)[0].split("/", 1)[0]
         if top not in known:
             problems.append(f"{arg}: {_unknown_top_level(top, known)}")
-    return problems
+    return problems + _lora_problems(args)
+
+
+def _lora_problems(args: list[str]) -> list[str]:
+    """LoRA settings on a policy without them: Hydra would fail on its `lora: null` with an AssertionError."""
+    choice = next((a.split("=", 1)[1] for a in reversed(args) if a.startswith("policy=")), "tiny")
+    settings = [a for a in args if a.startswith("policy.lora.")]
+    if not settings or choice == "hf_lora" or "," in choice:  # a sweep over policies: Hydra decides per job
+        return []
+    return [
+        f"{settings[0]}: policy={choice} has no LoRA settings; "
+        "use policy=hf_lora policy.name_or_path=... to train LoRA adapters"
+    ]
 
 
 def _field_problems(schema: type, values: dict[str, Any], prefix: str) -> Iterator[str]:
