@@ -1,4 +1,4 @@
-"""A Hugging Face policy built locally: a character-level fast tokenizer and a random tiny Llama."""
+"""Hugging Face models built locally: a character-level fast tokenizer, a random tiny Llama and Qwen2."""
 
 from __future__ import annotations
 
@@ -19,6 +19,21 @@ def char_level_hf_tokenizer():
     backend.decoder = decoders.Fuse()  # join tokens without separators
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<unk>"
+    )
+
+
+def tiny_qwen2(vocab_size: int):
+    """A random float32 Qwen2 with a tied head: hidden 16, 2 layers, 2 heads sharing 1 key/value head."""
+    from twinkle_exp.models import build_tiny_qwen2
+
+    return build_tiny_qwen2(
+        vocab_size,
+        hidden_size=16,
+        intermediate_size=32,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        max_position_embeddings=32,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hf_helpers import tiny_qwen2
 
 from twinkle_exp.loss import IGNORE_INDEX, shift_logits_to_labels, token_entropy
 from twinkle_exp.models import TinyCausalLM, build_tiny_hf_model
@@ -81,21 +82,10 @@ def test_tiny_policy_hidden_states_are_the_heads_input():
 
 
 def tiny_hf(kind: str):
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     if kind == "llama":  # untied head
         return build_tiny_hf_model(V, hidden_size=16, intermediate_size=32, num_heads=2).double()
-    config = transformers.Qwen2Config(
-        vocab_size=V,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=32,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    return transformers.Qwen2ForCausalLM(config).double()
+    return tiny_qwen2(V).double()
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2_tied"])

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from twinkle_exp.kv_cache import distinct_rows, select_cache_rows
-from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model
+from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model, build_tiny_qwen2
 from twinkle_exp.policy import sequence_logps
 from twinkle_exp.rollout import generate
 
@@ -22,18 +22,16 @@ def make_model(kind: str):
         return TinyCausalLM(TOK.vocab_size, d_model=32, n_layers=2, n_heads=4, max_seq_len=64, dropout=0.0)
     if kind == "llama":
         return build_tiny_hf_model(TOK.vocab_size).eval()
-    transformers = pytest.importorskip("transformers")
-    config = transformers.Qwen2Config(
-        vocab_size=TOK.vocab_size,
+    pytest.importorskip("transformers")
+    return build_tiny_qwen2(
+        TOK.vocab_size,
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
         max_position_embeddings=64,
-        tie_word_embeddings=True,
-    )
-    return transformers.Qwen2ForCausalLM(config).eval()
+    ).eval()
 
 
 def prefill_batch_sizes(model) -> list[int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hf_helpers import tiny_qwen2
 
 from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model
 from twinkle_exp.policy import sequence_logps
@@ -22,19 +23,8 @@ def tiny():
 
 
 def qwen2_tied():
-    transformers = pytest.importorskip("transformers")
-    config = transformers.Qwen2Config(
-        vocab_size=TOKENIZER.vocab_size,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=32,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    return transformers.Qwen2ForCausalLM(config)
+    pytest.importorskip("transformers")
+    return tiny_qwen2(TOKENIZER.vocab_size)
 
 
 def llama_lora():

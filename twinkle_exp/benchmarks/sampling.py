@@ -40,21 +40,18 @@ class NoEosTokenizer(CharTokenizer):
 
 def tiny_qwen2(vocab_size: int, seed: int = 0):
     """A random Qwen2 of ~0.6M parameters: hidden 128, 4 layers, 4 heads (2 key/value), MLP 512, tied."""
-    import transformers
+    from twinkle_exp.models import build_tiny_qwen2
 
-    config = transformers.Qwen2Config(
-        vocab_size=vocab_size,
+    model = build_tiny_qwen2(
+        vocab_size,
         hidden_size=128,
         intermediate_size=512,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
         max_position_embeddings=512,
-        tie_word_embeddings=True,
-    )
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    model = transformers.Qwen2ForCausalLM(config).eval()
+        seed=seed,
+    ).eval()
     model.generation_config.eos_token_id = None
     return model
 

@@ -29,28 +29,25 @@ WARMUP_ROLLOUTS = 2
 
 
 def _policy(case: str):
-    from twinkle_exp.models import CharTokenizer
+    from twinkle_exp.models import CharTokenizer, build_tiny_qwen2
     from twinkle_exp.policy import Policy, tiny_policy
 
     if case == "tiny":
         return tiny_policy()
-    import transformers
-
     tokenizer = CharTokenizer()
-    config = transformers.Qwen2Config(
-        vocab_size=tokenizer.vocab_size,
+    model = build_tiny_qwen2(
+        tokenizer.vocab_size,
         hidden_size=128,
         intermediate_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=4,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=4,
         max_position_embeddings=64,
-        tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
-    return Policy(transformers.Qwen2ForCausalLM(config).eval(), tokenizer)
+    return Policy(model.eval(), tokenizer)
 
 
 def _worker(case: str, rollouts: int, out_dir: str) -> None:

@@ -3,6 +3,7 @@
 from twinkle_exp.models.hf import (
     HFTokenizerAdapter,
     build_tiny_hf_model,
+    build_tiny_qwen2,
     enable_gradient_checkpointing,
     load_hf_causal_lm,
     load_hf_model,
@@ -20,6 +21,7 @@ __all__ = [
     "TinyLMOutput",
     "Tokenizer",
     "build_tiny_hf_model",
+    "build_tiny_qwen2",
     "enable_gradient_checkpointing",
     "encode_prompt",
     "load_hf_causal_lm",

@@ -132,9 +132,44 @@ def build_tiny_hf_model(
         num_key_value_heads=num_heads,
         max_position_embeddings=max_position_embeddings,
     )
+    return _random_model(transformers.LlamaForCausalLM, config, attn_implementation, seed)
+
+
+def build_tiny_qwen2(
+    vocab_size: int,
+    *,
+    hidden_size: int,
+    intermediate_size: int,
+    num_layers: int,
+    num_heads: int,
+    num_kv_heads: int,
+    max_position_embeddings: int,
+    tie_word_embeddings: bool = True,
+    attn_implementation: str = "sdpa",
+    seed: int = 0,
+    **token_ids: int | None,
+) -> nn.Module:
+    """A randomly initialised Qwen2 (grouped-query attention, tied head) built from a config, for tests and
+    benchmarks that must not touch the network; `token_ids`: pad/bos/eos_token_id for its config."""
+    transformers = _import_transformers()
+    config = transformers.Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=tie_word_embeddings,
+        **token_ids,
+    )
+    return _random_model(transformers.Qwen2ForCausalLM, config, attn_implementation, seed)
+
+
+def _random_model(model_class: Any, config: Any, attn_implementation: str, seed: int) -> nn.Module:
     config._attn_implementation = attn_implementation
     torch.manual_seed(seed)
-    return transformers.LlamaForCausalLM(config)
+    return model_class(config)
 
 
 def set_update_mode(model: nn.Module, dropout: bool) -> None:
