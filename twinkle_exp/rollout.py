@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from twinkle_exp.kv_cache import distinct_rows, select_cache_rows
+from twinkle_exp.kv_cache import distinct_rows, preallocate, select_cache_rows
 from twinkle_exp.loss import IGNORE_INDEX, completion_mask
 from twinkle_exp.models.backbone import unwrap_peft
 from twinkle_exp.models.tokenizer import Tokenizer, encode_prompt
@@ -179,6 +179,7 @@ def generate(
         logits, past = _prefill_distinct(model, encoded, pad_id, device, cache_name)
     else:
         logits, past = forward_with_cache(model, prompt_ids, prompt_mask, prompt_pos, None, cache_name)
+    past = preallocate(past, prompt_ids.shape[1] + max_new_tokens)
     mask = prompt_mask
 
     alive = torch.ones(n, dtype=torch.bool, device=device)
