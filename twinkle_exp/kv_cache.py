@@ -79,12 +79,13 @@ def _in_place_layer_class() -> type | None:
             return new
 
         def update(self, key_states, value_states, *args, **kwargs):
-            start, end = self.keys.shape[-2], self.keys.shape[-2] + key_states.shape[-2]
-            if self.keys.data_ptr() != self.key_buffer.data_ptr() or end > self.key_buffer.shape[-2]:
+            start, new = self.keys.shape[2], key_states.shape[2]
+            if self.keys.data_ptr() != self.key_buffer.data_ptr() or start + new > self.key_buffer.shape[2]:
                 return super().update(key_states, value_states, *args, **kwargs)
-            self.key_buffer[..., start:end, :] = key_states
-            self.value_buffer[..., start:end, :] = value_states
-            self.keys, self.values = self.key_buffer[..., :end, :], self.value_buffer[..., :end, :]
+            self.key_buffer.narrow(2, start, new).copy_(key_states)
+            self.value_buffer.narrow(2, start, new).copy_(value_states)
+            self.keys = self.key_buffer.narrow(2, 0, start + new)
+            self.values = self.value_buffer.narrow(2, 0, start + new)
             return self.keys, self.values
 
     return InPlaceLayer
