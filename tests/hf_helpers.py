@@ -37,6 +37,21 @@ def tiny_qwen2(vocab_size: int):
     )
 
 
+def small_qwen2(vocab_size: int):
+    """A random float32 Qwen2 with a tied head: hidden 32, 2 layers, 4 heads sharing 2 key/value heads."""
+    from twinkle_exp.models import build_tiny_qwen2
+
+    return build_tiny_qwen2(
+        vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        max_position_embeddings=64,
+    )
+
+
 def save_tiny_hf_policy(directory: Path) -> Path:
     """Save the tokenizer and a matching random `LlamaForCausalLM` into `directory`; return it."""
     from twinkle_exp.models import build_tiny_hf_model

@@ -4,25 +4,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hf_helpers import small_qwen2
 
 from twinkle_exp import rollout
 from twinkle_exp.kv_cache import preallocate
-from twinkle_exp.models import CharTokenizer, build_tiny_hf_model, build_tiny_qwen2
+from twinkle_exp.models import CharTokenizer, build_tiny_hf_model
 
 TOK = CharTokenizer()
 PROMPTS = ["1+2=", "hello world", "1+2=", "abc"]
 
 
 def qwen2():
-    return build_tiny_qwen2(
-        TOK.vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        max_position_embeddings=64,
-    ).eval()
+    return small_qwen2(TOK.vocab_size).eval()
 
 
 def llama():
@@ -62,7 +55,7 @@ def test_layers_append_in_place_and_fall_back_to_cat():
     model = qwen2()
     ids = torch.tensor([[5, 6, 7], [8, 9, 10]])
     out = model(ids, use_cache=True)
-    cache = getattr(out, "cache", None) or out.past_key_values
+    cache = rollout.returned_cache(out)
     before = [layer.keys.clone() for layer in cache.layers]
     cache = preallocate(cache, capacity=5)
     layer = cache.layers[0]
@@ -83,7 +76,7 @@ def test_a_layer_whose_keys_were_replaced_goes_back_to_cat():
     pytest.importorskip("transformers")
     model = qwen2()
     out = model(torch.tensor([[5, 6, 7], [8, 9, 10]]), use_cache=True)
-    cache = preallocate(getattr(out, "cache", None) or out.past_key_values, capacity=16)
+    cache = preallocate(rollout.returned_cache(out), capacity=16)
     cache.batch_select_indices(torch.tensor([1, 1, 0]))  # DynamicLayer's own: new tensors, not the buffers
     layer = cache.layers[0]
     selected = layer.keys.clone()

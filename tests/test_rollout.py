@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model, encode_prompt
-from twinkle_exp.rollout import cache_argument_name, filter_logits, generate
+from twinkle_exp.rollout import cache_argument_name, filter_logits, generate, returned_cache
 
 TOK = CharTokenizer()
 PROMPTS = ["1+2=", "hello world", "", "abc"]
@@ -33,8 +33,7 @@ class EosAtPosition(nn.Module):
         out = self.inner(
             input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=use_cache, **kwargs
         )
-        cache = getattr(out, "cache", None)
-        cache = out.past_key_values if cache is None else cache
+        cache = returned_cache(out)
         # logits at position p predict the token at p + 1
         eos_logit = torch.where(position_ids >= self.stop - 1, 100.0, -100.0)  # [B, T]
         logits = out.logits.clone()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hf_helpers import small_qwen2
 
 from twinkle_exp.kv_cache import distinct_rows, select_cache_rows
-from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model, build_tiny_qwen2
+from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model
 from twinkle_exp.policy import sequence_logps
 from twinkle_exp.rollout import generate
 
@@ -23,15 +24,7 @@ def make_model(kind: str):
     if kind == "llama":
         return build_tiny_hf_model(TOK.vocab_size).eval()
     pytest.importorskip("transformers")
-    return build_tiny_qwen2(
-        TOK.vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        max_position_embeddings=64,
-    ).eval()
+    return small_qwen2(TOK.vocab_size).eval()
 
 
 def prefill_batch_sizes(model) -> list[int]:

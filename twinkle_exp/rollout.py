@@ -57,6 +57,12 @@ def cache_argument_name(model: nn.Module) -> str:
     return "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
 
 
+def returned_cache(out: Any) -> Any:
+    """The KV cache a model's output carries, under either of transformers' names for it."""
+    new_cache = getattr(out, "cache", None)
+    return out.past_key_values if new_cache is None else new_cache
+
+
 def forward_with_cache(
     model: nn.Module,
     input_ids: torch.Tensor,  # [N, T]
@@ -70,8 +76,7 @@ def forward_with_cache(
     if last_logits_only:  # a prompt's [N, P, V] logits can be gigabytes, and only the last row is used
         kwargs["logits_to_keep"] = 1
     out = model(input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, **kwargs)
-    new_cache = getattr(out, "cache", None)
-    return out.logits[:, -1], out.past_key_values if new_cache is None else new_cache
+    return out.logits[:, -1], returned_cache(out)
 
 
 def filter_logits(

@@ -30,7 +30,7 @@ from twinkle_exp.kv_cache import distinct_rows, select_cache_rows
 from twinkle_exp.loss import IGNORE_INDEX
 from twinkle_exp.models.backbone import output_head, unwrap_peft
 from twinkle_exp.models.tiny_lm import TinyCausalLM
-from twinkle_exp.rollout import cache_argument_name
+from twinkle_exp.rollout import cache_argument_name, returned_cache
 from twinkle_exp.sharding import is_sharded
 
 
@@ -116,8 +116,7 @@ def trunk(
         use_cache=True,
         **kwargs,
     )
-    new_cache = getattr(out, "cache", None)
-    return out.last_hidden_state, out.past_key_values if new_cache is None else new_cache
+    return out.last_hidden_state, returned_cache(out)
 
 
 def shared_hidden_states(
