@@ -37,13 +37,15 @@ def make_module(
     `optim` overrides. `model` overrides the policy's size (default: 1 layer of width 32).
 
     Sampling a random policy at temperature 1 writes random characters, so the digit fraction differs within
-    a group, the advantages are non-zero, and every parameter gets a non-zero policy-gradient.
+    a group, the advantages are non-zero, and every parameter gets a non-zero policy-gradient. Such text
+    rarely ends with EOS within 8 tokens, so truncated completions keep their reward (`truncated_max=None`):
+    with the default cap of 0 every reward of a rollout could be 0, depending on the seed's draws.
     """
     torch.manual_seed(seed)
     size = {"d_model": 32, "n_layers": 1, "n_heads": 2} | (model or {})
     policy = tiny_policy(**size, max_seq_len=32, dropout=dropout)
     task = task or AdditionTask(min_digits=1, max_digits=2, num_validation=8)
-    rewards = RewardSet([RewardFunction("digits", digit_fraction)])
+    rewards = RewardSet([RewardFunction("digits", digit_fraction)], truncated_max=None)
     return PolicyModule(
         policy,
         task,

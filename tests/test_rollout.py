@@ -1,13 +1,12 @@
 """generate(): batch layout, EOS handling, reproducibility, and old_logps matching a full forward pass."""
 
-from types import SimpleNamespace
-
 import pytest
 import torch
+from sampling_helpers import EosAtPosition
 from torch import nn
 
 from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model, encode_prompt
-from twinkle_exp.rollout import cache_argument_name, filter_logits, generate, returned_cache
+from twinkle_exp.rollout import draw, filter_logits, generate
 
 TOK = CharTokenizer()
 PROMPTS = ["1+2=", "hello world", "", "abc"]
@@ -16,29 +15,6 @@ PROMPTS = ["1+2=", "hello world", "", "abc"]
 def tiny_model(seed: int = 0) -> TinyCausalLM:
     torch.manual_seed(seed)
     return TinyCausalLM(TOK.vocab_size, d_model=32, n_layers=2, n_heads=4, max_seq_len=64, dropout=0.0).eval()
-
-
-class EosAtPosition(nn.Module):
-    """Forces EOS as the token at absolute position ``stop`` and nowhere before, so the stopping step is
-    known in advance; the EOS logit is a function of position_ids, so a full forward pass agrees."""
-
-    def __init__(self, inner: nn.Module, stop: int):
-        super().__init__()
-        self.inner, self.stop = inner, stop
-
-    def forward(
-        self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False
-    ):
-        kwargs = {} if past_key_values is None else {cache_argument_name(self.inner): past_key_values}
-        out = self.inner(
-            input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=use_cache, **kwargs
-        )
-        cache = returned_cache(out)
-        # logits at position p predict the token at p + 1
-        eos_logit = torch.where(position_ids >= self.stop - 1, 100.0, -100.0)  # [B, T]
-        logits = out.logits.clone()
-        logits[..., TOK.eos_token_id] = eos_logit
-        return SimpleNamespace(logits=logits, past_key_values=cache)
 
 
 def full_forward_logps(model, batch, temperature: float) -> torch.Tensor:  # [N, P + C]
@@ -151,6 +127,24 @@ def test_filter_logits():
     assert torch.isinf(filter_logits(logits, 0, 0.81)).tolist() == [[False, False, False, True]]
     assert torch.isinf(filter_logits(logits, 0, 0.1)).tolist() == [[False, True, True, True]]
     assert not torch.isinf(filter_logits(logits, 0, 1.0)).any()
+
+
+def test_draw_follows_the_softmax():
+    """200k Gumbel-max draws from one row land on each token as often as its probability says (chi-square)."""
+    from scipy.stats import chisquare
+
+    probs = torch.tensor([0.5, 0.25, 0.15, 0.07, 0.029, 0.001])
+    logits = (probs.log() - 3.0).expand(200_000, -1)  # a shift changes nothing: softmax is what counts
+    counts = torch.bincount(draw(logits, torch.Generator().manual_seed(0)), minlength=len(probs))
+    assert chisquare(counts.numpy(), (probs * 200_000).numpy()).pvalue > 1e-3
+    # the same test against a slightly different distribution fails, so it can tell them apart
+    off = torch.tensor([0.49, 0.26, 0.15, 0.07, 0.029, 0.001])
+    assert chisquare(counts.numpy(), (off * 200_000).numpy()).pvalue < 1e-6
+
+
+def test_draw_never_picks_a_removed_token():
+    logits = torch.tensor([[0.0, float("-inf"), 5.0, float("-inf")]]).expand(50_000, -1)
+    assert set(draw(logits, torch.Generator().manual_seed(1)).tolist()) == {0, 2}
 
 
 @pytest.mark.parametrize("kind", ["tiny", "hf"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from hf_helpers import tiny_qwen2
+from sampling_helpers import EosAtPosition
 
 from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model
 from twinkle_exp.policy import sequence_logps
@@ -41,9 +42,17 @@ def llama_lora():
 
 
 def rollout(model, max_new_tokens: int = 5):
+    """Rows of the 6-character prompt end after 2 tokens (absolute position 8), the others run on: the
+    completions are ragged, with padding after the early ends."""
     gen = torch.Generator().manual_seed(0)
     return generate(
-        model, TOKENIZER, PROMPTS, group_size=3, max_new_tokens=max_new_tokens, temperature=4.0, generator=gen
+        EosAtPosition(model, stop=8),
+        TOKENIZER,
+        PROMPTS,
+        group_size=3,
+        max_new_tokens=max_new_tokens,
+        temperature=4.0,
+        generator=gen,
     )
 
 
