@@ -134,3 +134,23 @@ def test_micro_batching_gives_the_same_update(tmp_path):
     fit_one_rollout(split, tmp_path / "split")
     for (name, a), b in zip(whole.policy.named_parameters(), split.policy.parameters(), strict=True):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4, msg=name)
+
+
+def test_each_rollout_reads_its_prompts_on_the_host_once(tmp_path, monkeypatch):
+    """The reference, old-policy and update passes share one PrefixIndex per rollout (a host sync on a GPU)."""
+    from twinkle_exp import shared_prefix
+
+    built = []
+    original = shared_prefix.PrefixIndex.__init__
+
+    def counting_init(self, *args):
+        built.append(1)
+        original(self, *args)
+
+    monkeypatch.setattr(shared_prefix.PrefixIndex, "__init__", counting_init)
+    module = module_helpers.make_module(
+        GRPOLoss(beta=0.1), mu=MU, num_minibatches=NUM_MINIBATCHES, old_logps="recompute"
+    )
+    module_helpers.fit(module, tmp_path, max_steps=2 * MU * NUM_MINIBATCHES)
+    assert module.rollouts_done == 2
+    assert len(built) == 2

@@ -27,8 +27,8 @@ from twinkle_exp.sharding import gathered, is_sharded, shard_model
 from twinkle_exp.shared_prefix import PrefixIndex, SharedPrefix
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking import log_metrics, log_samples
-from twinkle_exp.update_metrics import StepMetrics
 from twinkle_exp.update_plan import UpdatePlan, shuffled_steps
+from twinkle_exp.update_step import accumulate_gradients
 
 log = logging.getLogger(__name__)
 
@@ -240,37 +240,35 @@ class PolicyModule(L.LightningModule):
         adv = group_advantages(finite, rollout.group_size, self.advantage_cfg.scale, self.advantage_cfg.eps)
         if non_finite is None and not torch.isfinite(adv.advantages).all():
             non_finite = "advantage"
-        prefixes = PrefixIndex.of(rollout)
-        with timer(M.TIME_REFERENCE):
-            ref_logps = self._reference_logps(rollout, prefixes)
-        with timer(M.TIME_UPDATE):  # the old log-probs belong to the update's time
-            opt = self.optim_cfg
-            n = rollout.input_ids.shape[0]
-            steps = shuffled_steps(n, opt.mu, opt.num_minibatches, self._shuffler)
-            old_logps = rollout.old_logps
-            if self._recompute_old_logps:
-                self.policy.eval()
-                # The first epoch's minibatches cover every row, in the first optimizer step's micro-batches.
-                micro = opt.micro_batch_size or n
-                first_epoch = steps[: opt.num_minibatches]
-                first_step_split = [part for rows in first_epoch for part in rows.split(micro)]
-                old_logps = recompute_old_logps(
-                    self.policy, rollout, first_step_split, prefixes, self.rollout_cfg.temperature
-                )
-        return UpdatePlan(
+        opt = self.optim_cfg
+        n = rollout.input_ids.shape[0]
+        plan = UpdatePlan(
             prompts=list(batch["prompts"]),
             answers=list(batch["answers"]),
             rollout=rollout,
             rewards=rewards,
             per_fn=per_fn,
             adv=adv,
-            old_logps=old_logps,
-            ref_logps=ref_logps,
-            steps=steps,
+            old_logps=rollout.old_logps,
+            ref_logps=None,
+            steps=shuffled_steps(n, opt.mu, opt.num_minibatches, self._shuffler),
             non_finite=non_finite,
-            seconds=dict(timer.seconds),
             reward_metrics=dict(self.rewards.last_metrics),
         )
+        with timer(M.TIME_REFERENCE):
+            plan.ref_logps = self._reference_logps(rollout, plan.prefixes)
+        with timer(M.TIME_UPDATE):  # the old log-probs belong to the update's time
+            if self._recompute_old_logps:
+                self.policy.eval()
+                # The first epoch's minibatches cover every row, in the first optimizer step's micro-batches.
+                micro = opt.micro_batch_size or n
+                first_epoch = plan.steps[: opt.num_minibatches]
+                first_step_split = [part for rows in first_epoch for part in rows.split(micro)]
+                plan.old_logps = recompute_old_logps(
+                    self.policy, rollout, first_step_split, plan.prefixes, self.rollout_cfg.temperature
+                )
+        plan.seconds = dict(timer.seconds)
+        return plan
 
     def _finish_rollout(self, plan: UpdatePlan, in_step: bool = True) -> None:
         """Log the rollout's own metrics at the step that ends its updates (every rank together)."""
@@ -349,13 +347,12 @@ class PolicyModule(L.LightningModule):
         Stops at trainer.max_steps, so the last rollout runs only the steps left, and after any step when a
         stop is requested (a signal, too many non-finite steps), leaving the rest in `plan`.
         """
-        b, micro = plan.rollout, self.optim_cfg.micro_batch_size or plan.rollout.input_ids.shape[0]
+        micro = self.optim_cfg.micro_batch_size or plan.rollout.input_ids.shape[0]
         set_update_mode(self.policy, dropout=self.optim_cfg.update_dropout)  # keeps gradient checkpointing on
-        prefixes = PrefixIndex.of(b)
         while not plan.done and self.global_step < self.trainer.max_steps:
             rows = plan.steps[plan.next_step].split(micro)
-            parts = [(part.to(self.device), prefixes.for_rows(part, self.device)) for part in rows]
-            stats = self._optimizer_step(plan, b, parts, sampler_gap=plan.next_step == 0)
+            parts = [(part.to(self.device), plan.prefixes.for_rows(part, self.device)) for part in rows]
+            stats = self._optimizer_step(plan, parts, sampler_gap=plan.next_step == 0)
             plan.next_step += 1
             log_metrics(self.loggers, stats, self.global_step)
             if self._stop_requested():
@@ -375,57 +372,24 @@ class PolicyModule(L.LightningModule):
         return True
 
     def _optimizer_step(
-        self,
-        plan: UpdatePlan,
-        b: RolloutBatch,
-        parts: list[tuple[torch.Tensor, SharedPrefix | None]],
-        sampler_gap: bool,
+        self, plan: UpdatePlan, parts: list[tuple[torch.Tensor, SharedPrefix | None]], sampler_gap: bool
     ) -> dict[str, float]:
-        """One optimizer step on `parts` of `b` (its micro-batches: rows and their shared prompts); returns
-        the step's metrics.
-
-        The losses are normalised by the global step's totals, and DDP and FSDP2 average the ranks'
-        gradients, so each rank's loss is scaled by the number of ranks: the averaged gradient is then
-        the gradient of the global batch's loss, whatever the ranks' shares of sequences and tokens.
-        """
+        """One optimizer step on `parts` of the plan's rollout (its micro-batches: rows and their shared
+        prompts, see `update_step`); returns the step's metrics."""
         optimizer = self.optimizers()
-        mask = b.completion_mask
-        rows = torch.cat([part for part, _ in parts])
-        seqs, tokens = distributed.step_totals(len(rows), int(mask[rows].sum()), self.device)
-        totals = {"num_sequences": seqs, "num_tokens": tokens}
-        ranks = distributed.world_size()
-        # The plan holds the global batch's advantages: this rank trains on its own rows' share.
-        mine = plan.adv.advantages.tensor_split(ranks)[distributed.rank()]
-        advantages, old_logps, ref_logps = mine.to(self.device), plan.old_logps, plan.ref_logps
-        stats = StepMetrics()
         optimizer.zero_grad(set_to_none=True)
         if plan.non_finite is not None:
             self.nonfinite.watch(plan.non_finite, True)
-        for part, prefix in parts:
-            logps, entropy = sequence_logps(
-                self.policy,
-                b.input_ids[part],
-                b.attention_mask[part],
-                b.position_ids[part],
-                b.labels[part],
-                temperature=self.rollout_cfg.temperature,
-                with_entropy=True,
-                prefix=prefix,
-            )
-            # masked_fill, not logps[mask]: boolean indexing would wait for the GPU on every micro-batch.
-            self.nonfinite.watch("log-prob", logps.detach().masked_fill(~mask[part], 0.0))
-            out = self.loss_fn(
-                logps=logps,
-                labels=b.labels[part],
-                advantages=advantages[part],
-                old_logps=old_logps[part],
-                ref_logps=None if ref_logps is None else ref_logps[part],
-                **totals,
-            )
-            self.nonfinite.watch("loss", out.loss)
-            self.manual_backward(out.loss * ranks)
-            gap = logps.detach() - b.old_logps[part] if sampler_gap else None
-            stats.add_micro(out, mask[part], entropy, gap)
+        stats = accumulate_gradients(
+            self.policy,
+            self.loss_fn,
+            plan,
+            parts,
+            temperature=self.rollout_cfg.temperature,
+            guard=self.nonfinite,
+            backward=self.manual_backward,
+            sampler_gap=sampler_gap,
+        )
         lr = self._lr()
         optimizer.step()  # clips, and skips a non-finite step, in on_before_optimizer_step
         self.lr_schedulers().step()

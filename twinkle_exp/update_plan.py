@@ -9,6 +9,7 @@ which is what makes the resumed run equal to the uninterrupted one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ import torch
 
 from twinkle_exp.advantages import AdvantageResult
 from twinkle_exp.rollout import RolloutBatch
+from twinkle_exp.shared_prefix import PrefixIndex
 
 
 @dataclass
@@ -33,6 +35,13 @@ class UpdatePlan:
     next_step: int = 0  # index into steps of the next optimizer step to run
     seconds: dict[str, float] = field(default_factory=dict)  # stage timings so far (time/*_s)
     reward_metrics: dict[str, float] = field(default_factory=dict)  # this rank's RewardSet.last_metrics
+
+    @functools.cached_property
+    def prefixes(self) -> PrefixIndex:
+        """The rollout's distinct prompts, for every log-prob pass on it (derived: not in a checkpoint).
+
+        Built once per rollout: it reads the prompt columns on the host, a sync on a GPU."""
+        return PrefixIndex.of(self.rollout)
 
     @property
     def done(self) -> bool:

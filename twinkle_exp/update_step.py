@@ -1,0 +1,77 @@
+"""The gradient of one optimizer step: forward, loss and backward of each of its micro-batches.
+
+The losses are normalised by the global step's totals (sequences and completion tokens over every rank),
+and DDP and FSDP2 average the ranks' gradients, so each rank's loss is scaled by the number of ranks: the
+averaged gradient is then the gradient of the global batch's loss, whatever the ranks' shares of sequences
+and tokens (README, "Scaling out").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from twinkle_exp import distributed
+from twinkle_exp.nonfinite import NonFiniteGuard
+from twinkle_exp.policy import sequence_logps
+from twinkle_exp.shared_prefix import SharedPrefix
+from twinkle_exp.update_metrics import StepMetrics
+from twinkle_exp.update_plan import UpdatePlan
+
+
+def accumulate_gradients(
+    policy: torch.nn.Module,
+    loss_fn: Any,
+    plan: UpdatePlan,
+    parts: list[tuple[torch.Tensor, SharedPrefix | None]],
+    *,
+    temperature: float,
+    guard: NonFiniteGuard,
+    backward: Callable[[torch.Tensor], None],
+    sampler_gap: bool,
+) -> StepMetrics:
+    """Run `parts` of `plan.rollout` (the step's micro-batches: `[b]` long rows on the model's device, and
+    their shared prompts) through `policy` and `loss_fn`, calling `backward` on each micro-batch's loss.
+
+    `guard` watches the log-probs and losses for non-finite values; `sampler_gap` also measures the
+    sampler's log-probs against these (a rollout's first step, before any update). Returns the step's
+    metrics, not yet read off the device.
+    """
+    b = plan.rollout
+    device = parts[0][0].device
+    mask = b.completion_mask
+    rows = torch.cat([part for part, _ in parts])
+    seqs, tokens = distributed.step_totals(len(rows), int(mask[rows].sum()), device)
+    totals = {"num_sequences": seqs, "num_tokens": tokens}
+    ranks = distributed.world_size()
+    # The plan holds the global batch's advantages: this rank trains on its own rows' share.
+    advantages = plan.adv.advantages.tensor_split(ranks)[distributed.rank()].to(device)
+    stats = StepMetrics()
+    for part, prefix in parts:
+        logps, entropy = sequence_logps(
+            policy,
+            b.input_ids[part],
+            b.attention_mask[part],
+            b.position_ids[part],
+            b.labels[part],
+            temperature=temperature,
+            with_entropy=True,
+            prefix=prefix,
+        )
+        # masked_fill, not logps[mask]: boolean indexing would wait for the GPU on every micro-batch.
+        guard.watch("log-prob", logps.detach().masked_fill(~mask[part], 0.0))
+        out = loss_fn(
+            logps=logps,
+            labels=b.labels[part],
+            advantages=advantages[part],
+            old_logps=plan.old_logps[part],
+            ref_logps=None if plan.ref_logps is None else plan.ref_logps[part],
+            **totals,
+        )
+        guard.watch("loss", out.loss)
+        backward(out.loss * ranks)
+        gap = logps.detach() - b.old_logps[part] if sampler_gap else None
+        stats.add_micro(out, mask[part], entropy, gap)
+    return stats
