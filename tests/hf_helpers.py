@@ -62,3 +62,33 @@ def save_tiny_hf_policy(directory: Path) -> Path:
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return Path(directory)
+
+
+def tiny_mistral(vocab_size: int, sliding_window: int | None):
+    """A random Mistral of one layer (hidden 16, 2 heads over 1 key/value head), with or without a window."""
+    import transformers
+
+    config = transformers.MistralConfig(
+        vocab_size=vocab_size,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        sliding_window=sliding_window,
+    )
+    return transformers.MistralForCausalLM(config)
+
+
+def with_lora(model, target_modules: list[str]):
+    """`model` with peft LoRA adapters (r 4, alpha 8) whose B matrices are random rather than zero, so that
+    the adapters take part in the function from the start (peft initialises B to 0)."""
+    import peft
+    import torch
+
+    model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=target_modules))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.1)
+    return model

@@ -23,9 +23,18 @@ def llama():
 
 
 def sample(model, **kwargs):
+    """Sampling through the model's own KV cache (cascade attention would keep its own, `test_cascade.py`)."""
     gen = torch.Generator().manual_seed(0)
     return rollout.generate(
-        model, TOK, PROMPTS, group_size=3, max_new_tokens=8, temperature=1.5, generator=gen, **kwargs
+        model,
+        TOK,
+        PROMPTS,
+        group_size=3,
+        max_new_tokens=8,
+        temperature=1.5,
+        generator=gen,
+        cascade_attention=False,
+        **kwargs,
     )
 
 

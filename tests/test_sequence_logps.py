@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_helpers import tiny_qwen2
+from hf_helpers import tiny_qwen2, with_lora
 
 from twinkle_exp.loss import IGNORE_INDEX, shift_logits_to_labels, token_entropy
 from twinkle_exp.models import TinyCausalLM, build_tiny_hf_model
@@ -97,14 +97,10 @@ def test_hf_policy(kind):
 
 
 def test_peft_lora_policy_and_its_disabled_adapters():
-    peft = pytest.importorskip("peft")
-    model = tiny_hf("llama")
-    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])
-    model = peft.get_peft_model(model, config)
-    with torch.no_grad():  # non-zero adapters, so that disabling them changes the function
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(std=0.1)
+    pytest.importorskip("peft")
+    model = with_lora(
+        tiny_hf("llama"), ["q_proj", "v_proj", "down_proj"]
+    )  # disabling them changes the function
     assert_matches_logits_path(model)
     with torch.no_grad(), model.disable_adapter():
         logps, _ = sequence_logps(model, *ragged_batch(), temperature=TEMPERATURE)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_helpers import tiny_qwen2
+from hf_helpers import tiny_mistral, tiny_qwen2, with_lora
 from sampling_helpers import EosAtPosition
 
 from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model
@@ -29,16 +29,9 @@ def qwen2_tied():
 
 
 def llama_lora():
-    peft = pytest.importorskip("peft")
+    pytest.importorskip("peft")
     model = build_tiny_hf_model(TOKENIZER.vocab_size, hidden_size=16, intermediate_size=32, num_heads=2)
-    model = peft.get_peft_model(
-        model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
-    )
-    with torch.no_grad():  # non-zero adapters, so that they take part in the function
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(std=0.1)
-    return model
+    return with_lora(model, ["q_proj", "v_proj"])
 
 
 def rollout(model, max_new_tokens: int = 5):
@@ -114,7 +107,7 @@ def test_prefix_index():
 
 
 def test_checkpointing_layers_and_sliding_windows_take_the_full_forward():
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from twinkle_exp.models.hf import enable_gradient_checkpointing, set_update_mode
 
     model = build_tiny_hf_model(TOKENIZER.vocab_size, hidden_size=16, intermediate_size=32, num_heads=2)
@@ -124,13 +117,4 @@ def test_checkpointing_layers_and_sliding_windows_take_the_full_forward():
     assert not can_share(model)
     model.eval()  # the no-grad passes (old log-probs, reference) do not checkpoint: they share
     assert can_share(model)
-    config = transformers.MistralConfig(
-        vocab_size=TOKENIZER.vocab_size,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        sliding_window=4,
-    )
-    assert not can_share(transformers.MistralForCausalLM(config))
+    assert not can_share(tiny_mistral(TOKENIZER.vocab_size, sliding_window=4))

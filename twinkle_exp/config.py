@@ -78,6 +78,9 @@ class RolloutConfig:
     top_k: int = param(0, int_at_least(0))  # 0: no top-k filter
     top_p: float = param(1.0, at_most(1.0, positive))
     max_new_tokens: int = param(8, positive_int)
+    # Decode transformers models with cascade attention (each group's prompt read once, `cascade.py`).
+    # null: on a CPU, where it was measured faster; off on a GPU, where it has not been measured yet.
+    cascade_attention: bool | None = None
 
 
 @dataclass

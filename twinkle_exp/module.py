@@ -306,6 +306,7 @@ class PolicyModule(L.LightningModule):
                 temperature=r.temperature,
                 top_k=r.top_k,
                 top_p=r.top_p,
+                cascade_attention=r.cascade_attention,
                 generator=self._sampler,
             )
 

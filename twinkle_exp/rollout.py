@@ -9,6 +9,7 @@ old name warns and is due to go), so ``forward_with_cache`` picks whichever name
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from twinkle_exp import cascade
 from twinkle_exp.kv_cache import distinct_rows, preallocate, select_cache_rows
 from twinkle_exp.loss import IGNORE_INDEX, completion_mask
 from twinkle_exp.models.backbone import unwrap_peft
@@ -140,7 +142,9 @@ def left_pad(
 
 def _prefill_distinct(
     model: nn.Module, rows: list[list[int]], pad_id: int, device: torch.device, cache_name: str
-) -> tuple[torch.Tensor, Any]:  # last-position logits [N, V] and the cache, as if every row were prefilled
+) -> tuple[torch.Tensor, Any, torch.Tensor | None]:
+    """Each distinct prompt of `rows` through the model once: the last position's logits `[D, V]`, the cache
+    of the D distinct prompts, and the distinct prompt of each row `[N]` (None when every row is its own)."""
     distinct, source = distinct_rows(rows)
     # left_pad pads to the longest prompt, which is the same for the distinct ones: the cache lines up
     # with the rows' [N, P] mask.
@@ -149,9 +153,68 @@ def _prefill_distinct(
     last_only = "logits_to_keep" in inspect.signature(unwrap_peft(model).forward).parameters
     logits, cache = forward_with_cache(model, ids, mask, positions, None, cache_name, last_only)
     if source == list(range(len(distinct))):  # every row its own prompt (greedy validation): nothing to copy
-        return logits, cache
-    index = torch.tensor(source, device=device)
-    return logits.index_select(0, index), select_cache_rows(cache, index)
+        return logits, cache, None
+    return logits, cache, torch.tensor(source, device=device)
+
+
+class _CachedDecoder:
+    """Decoding steps through the model's own KV cache, which holds a copy of the prompt for every row."""
+
+    def __init__(self, model: nn.Module, cache: Any, prompt_mask: torch.Tensor, cache_name: str):
+        self.model, self.cache, self.mask, self.cache_name = model, cache, prompt_mask, cache_name
+
+    def step(self, tok: torch.Tensor, real: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """tok, real, pos `[N]`: this step's tokens, whether they count, their positions -> logits `[N, V]`."""
+        self.mask = torch.cat([self.mask, real.long()[:, None]], dim=1)
+        logits, self.cache = forward_with_cache(
+            self.model, tok[:, None], self.mask, pos[:, None], self.cache, self.cache_name
+        )
+        return logits
+
+
+class _CascadeDecoder:
+    """Decoding steps with cascade attention: each group's prompt is read once per step (`cascade.py`)."""
+
+    def __init__(self, model: nn.Module, cache: cascade.CascadeCache):
+        self.model, self.cache = model, cache
+
+    def step(self, tok: torch.Tensor, real: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        out = self.model(tok[:, None], position_ids=pos[:, None], use_cache=False, cascade=self.cache)
+        self.cache.length += 1
+        return out.logits[:, -1]
+
+
+def _start_decoding(
+    model: nn.Module,
+    encoded: list[list[int]],  # [N] prompts, group_size consecutive rows each
+    prompt_ids: torch.Tensor,  # [N, P]
+    prompt_mask: torch.Tensor,  # [N, P]
+    group_size: int,
+    max_new_tokens: int,
+    pad_id: int,
+    how: str,  # "cascade", "shared" or "per_row"
+) -> tuple[torch.Tensor, _CachedDecoder | _CascadeDecoder]:  # the first token's logits [N, V], the decoder
+    device, cache_name = prompt_ids.device, cache_argument_name(model)
+    if how == "per_row":
+        prompt_pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+        logits, past = forward_with_cache(model, prompt_ids, prompt_mask, prompt_pos, None, cache_name)
+        return logits, _CachedDecoder(
+            model, preallocate(past, prompt_ids.shape[1] + max_new_tokens), prompt_mask, cache_name
+        )
+    logits, past, source = _prefill_distinct(model, encoded, pad_id, device, cache_name)
+    if source is not None:
+        logits = logits.index_select(0, source)
+    if how == "cascade":
+        first_of_group = torch.arange(0, len(encoded), group_size, device=device)
+        group_prompt = first_of_group if source is None else source[first_of_group]
+        state = cascade.CascadeCache.from_prefill(
+            past, group_prompt, prompt_mask[first_of_group], group_size, max_new_tokens
+        )
+        return logits, _CascadeDecoder(model, state)
+    if source is not None:
+        past = select_cache_rows(past, source)
+    past = preallocate(past, prompt_ids.shape[1] + max_new_tokens)
+    return logits, _CachedDecoder(model, past, prompt_mask, cache_name)
 
 
 @torch.no_grad()
@@ -168,6 +231,7 @@ def generate(
     greedy: bool = False,
     generator: torch.Generator | None = None,
     shared_prefill: bool = True,
+    cascade_attention: bool | None = None,
 ) -> RolloutBatch:
     """Sample ``group_size`` completions for every prompt (or decode greedily) with a KV cache.
 
@@ -175,8 +239,10 @@ def generate(
     re-evaluates, and top-k/top-p only decide which token is drawn. Greedy decoding records
     temperature-1 log-probs. The model's train/eval mode is left as the caller set it. ``generator``
     must live on the model's device (the draws are made there). ``shared_prefill`` runs each
-    distinct prompt through the model once and copies its KV cache to its samples (see ``kv_cache``);
-    False prefills every row, as before (kept to measure the difference).
+    distinct prompt through the model once; ``cascade_attention`` then decodes with the prompt's keys and
+    values kept once per group (``cascade.py``) where the model supports it (None: on a CPU only, where it
+    was measured faster), and otherwise the prompt's KV cache is copied to its samples (``kv_cache``).
+    ``shared_prefill=False`` prefills every row, as before; both switches are kept to measure the difference.
     """
     _validate(group_size, max_new_tokens, temperature, top_k, top_p)
     if not prompts:
@@ -194,35 +260,36 @@ def generate(
     n = prompt_ids.shape[0]
     prompt_pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # 0 on the left padding too
     next_pos = prompt_mask.sum(-1)  # [N] position of the next token
-    cache_name = cache_argument_name(model)
-    if shared_prefill:
-        logits, past = _prefill_distinct(model, encoded, pad_id, device, cache_name)
-    else:
-        logits, past = forward_with_cache(model, prompt_ids, prompt_mask, prompt_pos, None, cache_name)
-    past = preallocate(past, prompt_ids.shape[1] + max_new_tokens)
-    mask = prompt_mask
+    how = "per_row" if not shared_prefill else "shared"
+    if cascade_attention is None:
+        cascade_attention = device.type == "cpu"
+    if how == "shared" and cascade_attention and cascade.supported(model):
+        how = "cascade"
+    logits, decoder = _start_decoding(
+        model, encoded, prompt_ids, prompt_mask, group_size, max_new_tokens, pad_id, how
+    )
 
     alive = torch.ones(n, dtype=torch.bool, device=device)
     tokens, logps, valid = [], [], []
-    for step in range(max_new_tokens):
-        scaled = logits.float() / temp
-        logp_all = torch.log_softmax(scaled, dim=-1)  # [N, V]
-        tok = scaled.argmax(-1) if greedy else draw(filter_logits(scaled, top_k, top_p), generator)
-        tok_logp = logp_all.gather(-1, tok[:, None]).squeeze(-1)
-        tok = torch.where(alive, tok, torch.full_like(tok, pad_id))
-        tokens.append(tok)
-        logps.append(torch.where(alive, tok_logp, torch.zeros_like(tok_logp)))
-        valid.append(alive)
-        if eos_id is not None:
-            alive = alive & (tok != eos_id)
-        if step == max_new_tokens - 1 or not bool(alive.any()):
-            break
-        # Finished rows keep decoding a masked pad so the batch stays rectangular.
-        was_real = valid[-1]
-        mask = torch.cat([mask, was_real.long()[:, None]], dim=1)
-        pos = torch.where(was_real, next_pos, torch.zeros_like(next_pos))
-        next_pos = next_pos + was_real.long()
-        logits, past = forward_with_cache(model, tok[:, None], mask, pos[:, None], past, cache_name)
+    with cascade.decoding(model) if how == "cascade" else contextlib.nullcontext():
+        for step in range(max_new_tokens):
+            scaled = logits.float() / temp
+            logp_all = torch.log_softmax(scaled, dim=-1)  # [N, V]
+            tok = scaled.argmax(-1) if greedy else draw(filter_logits(scaled, top_k, top_p), generator)
+            tok_logp = logp_all.gather(-1, tok[:, None]).squeeze(-1)
+            tok = torch.where(alive, tok, torch.full_like(tok, pad_id))
+            tokens.append(tok)
+            logps.append(torch.where(alive, tok_logp, torch.zeros_like(tok_logp)))
+            valid.append(alive)
+            if eos_id is not None:
+                alive = alive & (tok != eos_id)
+            if step == max_new_tokens - 1 or not bool(alive.any()):
+                break
+            # Finished rows keep decoding a masked pad so the batch stays rectangular.
+            was_real = valid[-1]
+            pos = torch.where(was_real, next_pos, torch.zeros_like(next_pos))
+            next_pos = next_pos + was_real.long()
+            logits = decoder.step(tok, was_real, pos)
 
     comp_ids = torch.stack(tokens, dim=1)  # [N, C]
     comp_valid = torch.stack(valid, dim=1)  # [N, C] bool

@@ -3,9 +3,11 @@
     python -m twinkle_exp.benchmarks.sampling               # 16 prompts x 8 samples, 32 new tokens
 
 The model is built from a config (hidden 128, 4 layers, the character vocabulary), never downloaded.
-Three methods, same model, same prompts, same settings (temperature 1, no top-k, no top-p):
-- `shared`: `rollout.generate`, each distinct prompt prefilled once, its KV cache copied to its samples;
-- `per_row`: `rollout.generate(shared_prefill=False)`, every sample prefilled (the sampler before);
+Four methods, same model, same prompts, same settings (temperature 1, no top-k, no top-p):
+- `cascade`: `rollout.generate`, each distinct prompt prefilled once and its keys and values read once per
+  group at every decoding step (cascade attention, `cascade.py`);
+- `shared`: `rollout.generate(cascade_attention=False)`, the prompt's KV cache copied to its samples;
+- `per_row`: `rollout.generate(shared_prefill=False)`, every sample prefilled (the sampler before both);
 - `hf_generate`: `model.generate(do_sample=True, num_return_sequences=G)`.
 EOS is switched off for all three so that every row samples exactly `--new-tokens` tokens, and tokens/s =
 rows x new tokens / seconds. Our sampler also computes each token's log-prob (the loss's old_logps);
@@ -27,7 +29,7 @@ from twinkle_exp.benchmarks.harness import load_average, measure_in_child, media
 from twinkle_exp.models import CharTokenizer, encode_prompt
 from twinkle_exp.rollout import generate, left_pad
 
-METHODS = ("shared", "per_row", "hf_generate")
+METHODS = ("cascade", "shared", "per_row", "hf_generate")
 
 
 class NoEosTokenizer(CharTokenizer):
@@ -65,7 +67,7 @@ def make_prompts(n: int, max_chars: int, seed: int = 0) -> list[str]:
 
 def sample(method: str, model, tokenizer, prompts: list[str], spec: dict, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
-    if method in ("shared", "per_row"):
+    if method in ("cascade", "shared", "per_row"):
         generate(
             model,
             tokenizer,
@@ -74,7 +76,8 @@ def sample(method: str, model, tokenizer, prompts: list[str], spec: dict, seed: 
             max_new_tokens=spec["new_tokens"],
             temperature=1.0,
             generator=gen,
-            shared_prefill=method == "shared",
+            shared_prefill=method != "per_row",
+            cascade_attention=method == "cascade",
         )
         return
     ids, mask = left_pad([encode_prompt(tokenizer, p) for p in prompts], tokenizer.pad_token_id, "cpu")
