@@ -7,10 +7,11 @@ import torch
 from hf_helpers import tiny_mistral, tiny_qwen2, with_lora
 from sampling_helpers import EosAtPosition
 
+from twinkle_exp import shared_prefix
 from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model
 from twinkle_exp.policy import sequence_logps
 from twinkle_exp.rollout import generate
-from twinkle_exp.shared_prefix import PrefixIndex, can_share
+from twinkle_exp.shared_prefix import PrefixIndex, can_share, should_share
 
 TEMPERATURE = 1.3
 TOKENIZER = CharTokenizer()
@@ -102,8 +103,10 @@ def test_prefix_index():
     prefix = index.for_rows(None, "cpu")
     shared = b.input_ids[:, : index.width]
     assert torch.equal(shared[prefix.first][prefix.source], shared)
-    assert index.for_rows(torch.tensor([0, 3, 9]), "cpu") is None  # three prompts of their own: no saving
-    assert len(index.for_rows(torch.tensor([0, 6]), "cpu").first) == 1  # the same prompt in two groups
+    assert prefix.saves
+    assert not index.for_rows(torch.tensor([0, 3, 9]), "cpu").saves  # three prompts of their own
+    same = index.for_rows(torch.tensor([0, 6]), "cpu")  # the same prompt in two groups
+    assert len(same.first) == 1 and same.saves
 
 
 def test_checkpointing_layers_and_sliding_windows_take_the_full_forward():
@@ -118,3 +121,27 @@ def test_checkpointing_layers_and_sliding_windows_take_the_full_forward():
     model.eval()  # the no-grad passes (old log-probs, reference) do not checkpoint: they share
     assert can_share(model)
     assert not can_share(tiny_mistral(TOKENIZER.vocab_size, sliding_window=4))
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 5])
+def test_a_sharded_model_makes_the_same_passes_whatever_its_rows(max_new_tokens, monkeypatch):
+    """Under FSDP2 every rank must run the model as often as the others: a sharded model shares even rows
+    with prompts of their own, and runs a second pass over a single completion column, with unchanged
+    results. (The 2-process FSDP2 runs of test_data_parallel.py check the collectives themselves.)"""
+    model = tiny().double().eval()
+    b = rollout(model, max_new_tokens)
+    own = torch.tensor([0, 3, 9])  # three prompts of their own
+    prefix = PrefixIndex.of(b).for_rows(own, "cpu")
+    assert not should_share(model, prefix)
+    passes = []
+    model.blocks[0].register_forward_hook(lambda *_: passes.append(1))
+    logps, _, grads = logps_and_grads(model, b, own, None)
+    assert len(passes) == 1
+    monkeypatch.setattr(shared_prefix, "is_sharded", lambda m: True)
+    assert should_share(model, prefix)
+    passes.clear()
+    shared_logps, _, shared_grads = logps_and_grads(model, b, own, prefix)
+    assert len(passes) == 2  # the prompts, then the completion columns (one of them, or more)
+    torch.testing.assert_close(shared_logps, logps, atol=1e-10, rtol=1e-10)
+    for g, ref in zip(shared_grads, grads, strict=True):
+        torch.testing.assert_close(g, ref, atol=1e-10, rtol=1e-10)

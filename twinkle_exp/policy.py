@@ -23,7 +23,7 @@ from twinkle_exp.models.backbone import call_as_forward, hidden_states_and_head,
 from twinkle_exp.models.chat import with_chat_template
 from twinkle_exp.models.hf import enable_gradient_checkpointing
 from twinkle_exp.models.lora import LoraSettings, apply_lora
-from twinkle_exp.shared_prefix import SharedPrefix, can_share, shared_hidden_states
+from twinkle_exp.shared_prefix import SharedPrefix, shared_hidden_states, should_share
 
 
 @dataclass
@@ -143,7 +143,7 @@ def sequence_logps(
         logps `[B, T]` float32 with grad, 0 off the labels; entropy `[B, T]` (no grad, 0 off the labels)
         or None.
     """
-    if prefix is not None and can_share(model):
+    if should_share(model, prefix):
         args = (input_ids, attention_mask, position_ids, labels, temperature, with_entropy, prefix)
         return call_as_forward(model, _from_shared_prefix, *args)
     if output_head(model) is not None:

@@ -12,10 +12,13 @@ log-probs and gradients are those of the full forward, up to the order of float 
 
 Which passes share: those of `sequence_logps` with a `SharedPrefix`, on a model with a plain output head
 (`models/backbone.py`) whose layers do not checkpoint activations right now (transformers' checkpointed
-layers drop the cache), that has no sliding-window attention (its cache keeps only the window) and that is
-not sharded with FSDP2 (whether a micro-batch shares, and so how often each layer gathers its weights,
-depends on its rows, which differ between ranks: the ranks' collectives would not match). Anything else
-runs the full forward, with the same results.
+layers drop the cache) and that has no sliding-window attention (its cache keeps only the window).
+Anything else runs the full forward, with the same results.
+
+Under FSDP2 every rank must gather each layer's weights as many times as the others, so nothing that
+decides how often the model runs may depend on a rank's own rows: a sharded model shares every micro-batch
+(also one whose rows all have prompts of their own, where sharing saves nothing) and always runs the
+completion columns as a second pass (also when they are a single column, see `shared_hidden_states`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ class SharedPrefix:
     width: int  # P, the shared columns
     first: torch.Tensor  # [D] long: a row of the micro-batch holding each distinct prefix
     source: torch.Tensor  # [B] long: the distinct prefix of each row of the micro-batch
+
+    @property
+    def saves(self) -> bool:
+        """Whether some rows share a prefix (from the shapes alone: no device sync)."""
+        return self.first.shape[0] < self.source.shape[0]
 
 
 class PrefixIndex:
@@ -68,13 +76,12 @@ class PrefixIndex:
 
     def for_rows(self, rows: torch.Tensor | None, device: torch.device | str) -> SharedPrefix | None:
         """The sharing within the micro-batch `rows` (`[B]` long, any device; None: every row in order), or
-        None when it would save nothing (no shared columns, or every row a prompt of its own)."""
+        None when there is nothing to share (no shared columns, or no rows). Whether it saves anything is
+        `SharedPrefix.saves`."""
         prefixes = self.prefix_of_row if rows is None else self.prefix_of_row[rows.cpu()]
         if self.width == 0 or len(prefixes) == 0:
             return None
         distinct, source = torch.unique(prefixes, return_inverse=True)
-        if len(distinct) == len(prefixes):
-            return None
         positions = torch.arange(len(prefixes))
         first = torch.full((len(distinct),), len(prefixes)).scatter_reduce(0, source, positions, "amin")
         return SharedPrefix(self.width, first.to(device), source.to(device))
@@ -82,7 +89,7 @@ class PrefixIndex:
 
 def can_share(model: nn.Module) -> bool:
     """Whether a pass through `model` can share prefixes now (see the module doc)."""
-    if output_head(model) is None or is_sharded(model):
+    if output_head(model) is None:
         return False
     base = unwrap_peft(model)
     if isinstance(base, TinyCausalLM):
@@ -134,6 +141,16 @@ def shared_hidden_states(
     cache = select_cache_rows(cache, source)
     last_prompt = prompt_hidden[:, -1:].index_select(0, source)  # [B, 1, H] predicts column P
     if input_ids.shape[1] == p + 1:  # one completion column: the prompt predicts all there is
-        return last_prompt
+        if not is_sharded(model):
+            return last_prompt
+        # Another rank may have more columns, and so a second pass: this rank runs one too, over the
+        # completion column, and keeps it in the graph at weight 0 so that its backward runs as well.
+        unused, _ = trunk(model, input_ids[:, p:], attention_mask, position_ids[:, p:], cache)
+        return last_prompt + 0.0 * unused
     hidden, _ = trunk(model, input_ids[:, p:-1], attention_mask[:, :-1], position_ids[:, p:-1], cache)
     return torch.cat([last_prompt, hidden], 1)
+
+
+def should_share(model: nn.Module, prefix: SharedPrefix | None) -> bool:
+    """Whether a pass through `model` over a micro-batch with `prefix` shares it (see the module doc)."""
+    return prefix is not None and can_share(model) and (prefix.saves or is_sharded(model))
