@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from twinkle_exp.models.backbone import unwrap_peft
+from twinkle_exp.models.backbone import has_sliding_window, unwrap_peft
 
 NAME = "twinkle_cascade"
 # Model types whose attention has been checked to dispatch as the module doc says (tests/test_cascade.py).
@@ -40,9 +40,7 @@ def supported(model: nn.Module) -> bool:
         return False
     if getattr(config, "_attn_implementation", None) not in ("sdpa", "eager"):
         return False  # flash attention and others: leave the user's choice alone
-    if getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True):
-        return False
-    return not any("sliding" in str(kind) for kind in getattr(config, "layer_types", None) or ())
+    return not has_sliding_window(model)
 
 
 class CascadeCache:

@@ -179,6 +179,7 @@ class _CascadeDecoder:
         self.model, self.cache = model, cache
 
     def step(self, tok: torch.Tensor, real: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """As `_CachedDecoder.step`; `real` needs no mask here (see `cascade.CascadeCache`)."""
         out = self.model(tok[:, None], position_ids=pos[:, None], use_cache=False, cascade=self.cache)
         self.cache.length += 1
         return out.logits[:, -1]
@@ -189,6 +190,7 @@ def _start_decoding(
     encoded: list[list[int]],  # [N] prompts, group_size consecutive rows each
     prompt_ids: torch.Tensor,  # [N, P]
     prompt_mask: torch.Tensor,  # [N, P]
+    prompt_pos: torch.Tensor,  # [N, P]
     group_size: int,
     max_new_tokens: int,
     pad_id: int,
@@ -196,7 +198,6 @@ def _start_decoding(
 ) -> tuple[torch.Tensor, _CachedDecoder | _CascadeDecoder]:  # the first token's logits [N, V], the decoder
     device, cache_name = prompt_ids.device, cache_argument_name(model)
     if how == "per_row":
-        prompt_pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
         logits, past = forward_with_cache(model, prompt_ids, prompt_mask, prompt_pos, None, cache_name)
         return logits, _CachedDecoder(
             model, preallocate(past, prompt_ids.shape[1] + max_new_tokens), prompt_mask, cache_name
@@ -266,7 +267,7 @@ def generate(
     if how == "shared" and cascade_attention and cascade.supported(model):
         how = "cascade"
     logits, decoder = _start_decoding(
-        model, encoded, prompt_ids, prompt_mask, group_size, max_new_tokens, pad_id, how
+        model, encoded, prompt_ids, prompt_mask, prompt_pos, group_size, max_new_tokens, pad_id, how
     )
 
     alive = torch.ones(n, dtype=torch.bool, device=device)

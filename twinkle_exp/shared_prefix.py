@@ -31,7 +31,7 @@ from torch import nn
 
 from twinkle_exp.kv_cache import distinct_rows, select_cache_rows
 from twinkle_exp.loss import IGNORE_INDEX
-from twinkle_exp.models.backbone import output_head, unwrap_peft
+from twinkle_exp.models.backbone import has_sliding_window, output_head, unwrap_peft
 from twinkle_exp.models.tiny_lm import TinyCausalLM
 from twinkle_exp.rollout import cache_argument_name, returned_cache
 from twinkle_exp.sharding import is_sharded
@@ -94,10 +94,7 @@ def can_share(model: nn.Module) -> bool:
     base = unwrap_peft(model)
     if isinstance(base, TinyCausalLM):
         return True
-    config = getattr(base, "config", None)
-    if any("sliding" in str(kind) for kind in getattr(config, "layer_types", None) or ()):
-        return False
-    if getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True):
+    if has_sliding_window(base):
         return False
     return not any(getattr(m, "gradient_checkpointing", False) is True and m.training for m in base.modules())
 

@@ -52,6 +52,15 @@ def unwrap_peft(model: nn.Module) -> nn.Module:
     return get_base_model() if callable(get_base_model) else model
 
 
+def has_sliding_window(model: nn.Module) -> bool:
+    """Whether any attention layer of `model` (a transformers model, or a peft one around it) sees only a
+    window of the past: its KV cache then keeps only that window, and cannot serve later passes."""
+    config = getattr(unwrap_peft(model), "config", None)
+    if any("sliding" in str(kind) for kind in getattr(config, "layer_types", None) or ()):
+        return True
+    return getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True)
+
+
 def _prompt_learning(model: nn.Module) -> bool:
     # peft's prompt and prefix tuning change the inputs in PeftModel.forward, which the base model skips.
     config = getattr(model, "active_peft_config", None)
