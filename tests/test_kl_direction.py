@@ -7,6 +7,8 @@ which this computes exactly for a 6-way softmax policy, and compares with the gr
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
@@ -83,3 +85,31 @@ def test_k3_keeps_pulling_back_a_token_far_above_the_reference():
 def test_k3_stays_finite_where_the_reference_gives_the_token_probability_zero():
     value = kl_penalty(torch.tensor([-1.0]), torch.tensor([float("-inf")]), "k3")
     assert torch.isfinite(value).all() and value.item() == 999.0
+
+
+# --- the start-up warning -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "overrides, warns",
+    [
+        (["loss.kl_estimator=k1", "loss.beta=0.01"], True),
+        (["loss.kl_estimator=k1", "loss.beta=0"], False),  # no penalty: the estimator only feeds the metric
+        (["loss.kl_estimator=k3", "loss.beta=0.01"], False),
+        (["loss=sapo", "loss.kl_estimator=k1", "loss.beta=0.5"], True),
+    ],
+)
+def test_k1_with_a_penalty_warns_at_start_up(overrides, warns, caplog):
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    from twinkle_exp.config import register_configs
+    from twinkle_exp.validation import check_config
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="twinkle_exp.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides)
+    with caplog.at_level(logging.WARNING, logger="twinkle_exp.validation"):
+        check_config(cfg)
+    assert ("loss.kl_estimator=k1 with loss.beta=" in caplog.text) == warns, caplog.text
+    if warns:
+        assert "regularises nothing" in caplog.text
