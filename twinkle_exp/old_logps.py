@@ -8,7 +8,7 @@ and GSPO's sequence ratio react to noise. The recompute runs the first optimizer
 the model in the update's mode (`set_update_mode`, so checkpointed layers are marked as training and take
 the same full forward), the same micro-batches, the same shared prompts, the run's precision. Only the
 gradient is off, and dropout: with `optim.update_dropout=true` the update draws dropout masks that no
-earlier pass can know, so its ratios are exp(the dropout's noise), centred on 1 but never exactly 1 (the
+earlier pass can know, so its ratios are never exactly 1, whatever the old log-probs (the
 start-up warning says so); the recompute still removes the sampler's part of the gap.
 """
 
