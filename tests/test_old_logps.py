@@ -153,3 +153,31 @@ def test_the_sampler_mode_warns_and_is_not_on_policy(tmp_path, caplog):
         row = first_step(tmp_path, qwen2(torch.bfloat16), old_logps="sampler")
     assert ratio_gap(row) > 1e-4, row
     assert "optim.old_logps=sampler with bfloat16 parameters" in caplog.text
+
+
+def test_checkpointed_layers_that_apply_dropout_themselves_drop_nothing_in_the_update():
+    # OPT's decoder layer applies config.dropout itself from its own training flag, which the update marks
+    # as training to keep checkpointing on: its dropout used to run in every update and recompute.
+    import transformers
+
+    from twinkle_exp.models.hf import set_update_mode
+
+    config = transformers.OPTConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=2,
+        ffn_dim=32,
+        num_attention_heads=2,
+        max_position_embeddings=32,
+        word_embed_proj_dim=16,
+        dropout=0.3,
+    )
+    torch.manual_seed(0)
+    model = transformers.OPTForCausalLM(config)
+    enable_gradient_checkpointing(model)
+    ids = torch.randint(3, 50, (2, 8))
+    set_update_mode(model, dropout=False)
+    assert torch.equal(model(ids).logits, model(ids).logits)
+    set_update_mode(model, dropout=True)  # optim.update_dropout=true: the layers' own rate is back
+    assert not torch.equal(model(ids).logits, model(ids).logits)
+    assert model.model.decoder.layers[0].dropout == 0.3
