@@ -105,7 +105,7 @@ class OptimConfig:
     micro_batch_size: int | None = param(None, optional(positive_int))
     # Where the loss's old log-probs come from: "recompute" them with the update's own forward (no grad,
     # before the first update of the rollout), keep the "sampler"'s, or "auto": recompute whenever the two
-    # can differ numerically (a precision other than 32-bit, or a model with dropout).
+    # can differ numerically (16-bit precision or weights, TF32 matmuls, dropout, gradient checkpointing).
     old_logps: str = param("auto", one_of(OLD_LOGPS_MODES))
     # Apply the model's dropout in the update (train mode). Off by default, so an on-policy ratio is exactly 1.
     update_dropout: bool = False

@@ -17,7 +17,7 @@ from twinkle_exp.evaluation import greedy_totals, validation_metrics
 from twinkle_exp.models.hf import set_update_mode
 from twinkle_exp.models.lora import is_lora, trainable_parameters, trainable_state_dict
 from twinkle_exp.nonfinite import NonFiniteGuard
-from twinkle_exp.old_logps import has_dropout, recompute_old_logps, should_recompute
+from twinkle_exp.old_logps import has_dropout, recompute_old_logps, recompute_reasons, should_recompute
 from twinkle_exp.policy import Policy, sequence_logps
 from twinkle_exp.reference import Reference
 from twinkle_exp.rewards import NonFiniteRewardError, RewardSet
@@ -143,6 +143,13 @@ class PolicyModule(L.LightningModule):
         self._recompute_old_logps = should_recompute(
             self.optim_cfg.old_logps, self.trainer.precision, self.policy
         )
+        reasons = recompute_reasons(self.trainer.precision, self.policy)
+        if reasons and self.optim_cfg.old_logps == "sampler":
+            log.warning(
+                "optim.old_logps=sampler with %s: the sampler's log-probs differ from the update's, so "
+                "on-policy ratios are not 1 (optim.old_logps=auto recomputes them)",
+                ", ".join(reasons),
+            )
         if self.optim_cfg.update_dropout and has_dropout(self.policy):
             log.warning(
                 "optim.update_dropout=true: dropout is on in the update, so on-policy ratios are not 1"
@@ -258,8 +265,7 @@ class PolicyModule(L.LightningModule):
         with timer(M.TIME_REFERENCE):
             plan.ref_logps = self._reference_logps(rollout, plan.prefixes)
         with timer(M.TIME_UPDATE):  # the old log-probs belong to the update's time
-            if self._recompute_old_logps:
-                self.policy.eval()
+            if self._recompute_old_logps:  # in the update's mode, which recompute_old_logps sets
                 # The first epoch's minibatches cover every row, in the first optimizer step's micro-batches.
                 micro = opt.micro_batch_size or n
                 first_epoch = plan.steps[: opt.num_minibatches]

@@ -1,10 +1,15 @@
 """The loss's old log-probs: the sampler's, or recomputed by the update's own forward so on-policy r == 1.
 
 The sampler decodes token by token with a KV cache; the update runs one full forward. In float32 the two
-agree to ~1e-6, but under bf16/fp16 autocast they differ by ~1e-2 per token, and with dropout active in
-the update they differ arbitrarily: then an update that is exactly on-policy has ratios that are not 1, and
-clipping, SAPO's gate and GSPO's sequence ratio react to noise. Recomputing the old log-probs with the
-update's forward (same precision, same micro-batch shapes, dropout off) makes them agree exactly.
+agree to ~1e-6, but with 16-bit weights or under bf16/fp16 autocast they differ by ~1e-2 per token, and
+the update's own passes differ from each other when one shares prompts (`shared_prefix`) and the other
+does not: then an update that is exactly on-policy has ratios that are not 1, and clipping, SAPO's gate
+and GSPO's sequence ratio react to noise. The recompute runs the first optimizer step's forward itself:
+the model in the update's mode (`set_update_mode`, so checkpointed layers are marked as training and take
+the same full forward), the same micro-batches, the same shared prompts, the run's precision. Only the
+gradient is off, and dropout: with `optim.update_dropout=true` the update draws dropout masks that no
+earlier pass can know, so its ratios are never exactly 1, whatever the old log-probs (the
+start-up warning says so); the recompute still removes the sampler's part of the gap.
 """
 
 from __future__ import annotations
@@ -13,11 +18,14 @@ import torch
 from torch import nn
 
 from twinkle_exp.config import OLD_LOGPS_MODES
+from twinkle_exp.models.backbone import unwrap_peft
+from twinkle_exp.models.hf import set_update_mode
 from twinkle_exp.policy import sequence_logps
 from twinkle_exp.rollout import RolloutBatch
 from twinkle_exp.shared_prefix import PrefixIndex
 
 FULL_PRECISION = ("32-true", "32", "64-true", "64")
+FULL_DTYPES = (torch.float32, torch.float64)
 
 
 def has_dropout(model: nn.Module) -> bool:
@@ -33,13 +41,38 @@ def has_dropout(model: nn.Module) -> bool:
     )
 
 
+def has_checkpointing(model: nn.Module) -> bool:
+    """Whether some layer of `model` checkpoints its activations when it trains (transformers' flag)."""
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in unwrap_peft(model).modules())
+
+
+def recompute_reasons(precision: str, model: nn.Module) -> list[str]:
+    """Why the sampler's log-probs can differ from the update's forward here; empty: they agree to ~1e-6."""
+    reasons = []
+    if str(precision) not in FULL_PRECISION:
+        reasons.append(f"trainer.precision={precision}")
+    dtypes = sorted(
+        {str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.dtype not in FULL_DTYPES}
+    )
+    if dtypes:
+        reasons.append(f"{'/'.join(dtypes)} parameters")
+    if torch.get_float32_matmul_precision() != "highest":
+        # TF32 (or bf16) float32 matmuls round like 16-bit ones, and the two passes' shapes differ.
+        reasons.append(f"float32 matmul precision {torch.get_float32_matmul_precision()!r}")
+    if has_dropout(model):
+        reasons.append("dropout")
+    if has_checkpointing(model):
+        reasons.append("gradient checkpointing")
+    return reasons
+
+
 def should_recompute(mode: str, precision: str, model: nn.Module) -> bool:
-    """`optim.old_logps`: "auto" recomputes when the sampler and the update can differ numerically."""
+    """`optim.old_logps`: "auto" recomputes when the sampler and the update can differ (`recompute_reasons`)."""
     if mode not in OLD_LOGPS_MODES:
         raise ValueError(f"optim.old_logps must be one of {list(OLD_LOGPS_MODES)}, got {mode!r}")
     if mode != "auto":
         return mode == "recompute"
-    return str(precision) not in FULL_PRECISION or has_dropout(model)
+    return bool(recompute_reasons(precision, model))
 
 
 @torch.no_grad()
@@ -50,12 +83,14 @@ def recompute_old_logps(
     prefixes: PrefixIndex,
     temperature: float,
 ) -> torch.Tensor:
-    """`[N, P + C]` log-probs of `b.labels` under `model` as it is now, computed micro-batch by micro-batch.
+    """`[N, P + C]` log-probs of `b.labels` under `model` as it is now, computed micro-batch by micro-batch
+    in the update's mode without dropout (it leaves `model` in that mode).
 
     `micro_batches` (`[n_i]` row indices on the CPU, covering every row) should be the first optimizer
     step's own split, and `prefixes` the update's, so that step's forward repeats this one exactly and its
     ratios are exactly 1.
     """
+    set_update_mode(model, dropout=False)
     old = torch.zeros_like(b.old_logps)
     for cpu_rows in micro_batches:
         rows = cpu_rows.to(old.device)

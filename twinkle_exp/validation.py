@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import importlib.resources
 import json
+import logging
 import netrc
 import os
 import random
@@ -36,6 +37,8 @@ from twinkle_exp.errors import UserError
 # Top-level names an override may start with besides Config's fields: Hydra's own, and the groups that are
 # appended (+experiment=..., +sweep=...) or optional (debug=...).
 _EXTRA_TOP_LEVEL = ("hydra", "experiment", "sweep", "debug")
+
+log = logging.getLogger(__name__)
 
 
 def config_groups() -> list[str]:
@@ -248,9 +251,23 @@ def config_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
+def kl_warning(loss: Any) -> str | None:
+    """k1 with beta > 0: its expected gradient is 0 (`loss/kl.py`), while its `kl` metric looks plausible."""
+    beta = loss.get("beta")
+    if loss.get("kl_estimator") == "k1" and isinstance(beta, (int, float)) and beta > 0:
+        return (
+            f"loss.kl_estimator=k1 with loss.beta={beta}: k1's expected gradient is 0, so the KL penalty "
+            "regularises nothing (its kl metric still looks like a KL); use k3 (the default) or k2"
+        )
+    return None
+
+
 def check_config(cfg: DictConfig) -> Config:
     """The composed config as a typed `Config`, or ValueError listing every problem (one per line)."""
     problems = config_problems(cfg)
     if problems:
         raise ValueError("\n".join(problems))
+    warning = kl_warning(cfg.get("loss") or {})
+    if warning:
+        log.warning(warning)
     return typed_config(cfg)

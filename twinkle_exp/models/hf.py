@@ -177,13 +177,23 @@ def set_update_mode(model: nn.Module, dropout: bool) -> None:
 
     An update without dropout runs in eval mode, and transformers checkpoints a layer only when that layer is
     in training mode, so checkpointing would silently stop. The checkpointed layers themselves are therefore
-    marked as training: their dropout lives in their submodules (attention, MLP, LoRA), which stay in eval.
+    marked as training: most keep their dropout in submodules (attention, MLP, LoRA), which stay in eval;
+    some (OPT's) apply their config's dropout themselves from that flag, so theirs is set to 0 meanwhile.
     """
     model.train(dropout)
-    if dropout:
-        return
     for module in model.modules():
         if getattr(module, "gradient_checkpointing", False) is True and hasattr(
             module, "_gradient_checkpointing_func"
         ):
             module.training = True
+            _layer_dropout(module, on=dropout)
+
+
+def _layer_dropout(layer: nn.Module, on: bool) -> None:
+    """Restore (`on`) or zero the float `*dropout*` rates a layer applies itself; the first call keeps them."""
+    rates = layer.__dict__.setdefault(
+        "_update_mode_dropout",
+        {k: v for k, v in vars(layer).items() if "dropout" in k and isinstance(v, float) and v > 0},
+    )
+    for name, rate in rates.items():
+        setattr(layer, name, rate if on else 0.0)
