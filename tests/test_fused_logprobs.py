@@ -110,7 +110,8 @@ def test_triton_equals_torch(monkeypatch, dtype, head, case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("chunks", [(4, 5), (3, 1), (16, None)], ids=["4x5", "3x1", "one_tile"])
+# (5, 2): 3 token chunks of 5, 5, 4 and 7 vocabulary tiles, the last one column wide
+@pytest.mark.parametrize("chunks", [(4, 5), (5, 2), (16, None)], ids=["4x5", "5x2", "one_tile"])
 @pytest.mark.parametrize("entropy", [False, True], ids=["logp", "entropy"])
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
 @pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])

@@ -3,7 +3,8 @@
 The PyTorch tile loop (`hidden_chunks.py`) spends most of a GPU's time in ~25 elementwise kernels per tile
 (the float32 copy, `sub`, `exp`, the label's gather/scatter, the reductions), each a full pass over the
 tile in memory. Here the head's matmul stays with cuBLAS (it writes the `[r, v]` tile in the head's dtype,
-bias included, rounded as `lm_head` rounds it) and one kernel per tile does the rest, one program per token row:
+bias included, rounded as `lm_head` rounds it) and one kernel per tile does the rest, one program per
+token row, reading the tile once (forward: twice, the second from cache) and writing it at most once:
 
 - `forward_tile`: the row's maximum and the label's logit (first read), then the sums of `exp(x - peak)`
   over the non-labels and, when asked, of `exp(x - peak) (x - peak)` for the entropy (second read, from
@@ -13,8 +14,9 @@ bias included, rounded as `lm_head` rounds it) and one kernel per tile does the 
 - `backward_tile`: rebuilds the softmax from the saved logsumexp and overwrites the tile with
   `coef * (onehot - softmax)`, the tile's gradient, in the head's dtype, ready for the two matmuls.
 
-Importing this module decorates the kernels, and Triton reads `TRITON_INTERPRET` then: with it set to 1
-they run on CPU tensors (numpy), which is how the tests check them without a GPU.
+Importing this module decorates the kernels, and Triton reads `TRITON_INTERPRET` then (and again in the
+modules it loads at the first launch): with it set to 1 for the process they run on CPU tensors (numpy),
+which is how the tests check them without a GPU.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-# Whether the kernels below run in Triton's interpreter (numpy, CPU tensors): read as they are decorated.
+# Whether the kernels below run in Triton's interpreter (numpy, CPU tensors): read as they are decorated
+# (`triton.knobs`: Triton 3.4 on).
 INTERPRETED = bool(triton.knobs.runtime.interpret)
 # The widest block of columns a program holds at once; tests lower it to exercise the column loop.
 MAX_BLOCK = 4096
