@@ -1,9 +1,12 @@
 """Peak memory and time of per-token log-probs, forward + backward, at a real model's head geometry.
 
     python -m twinkle_exp.benchmarks.logprobs            # Qwen2.5-0.5B's head: 4096 tokens, 896 -> 151,936
+    python -m twinkle_exp.benchmarks.logprobs --device cuda --backend triton   # the fused tile kernels
 
 Three methods, from the final hidden states `[N, H]` and the head `[V, H]`:
-- `hidden`: `hidden_log_probs`, tiles of logits, never the full `[N, V]`;
+- `hidden`: `hidden_log_probs`, tiles of logits, never the full `[N, V]`; `--backend` picks who does each
+  tile's elementwise work: "torch" (PyTorch ops), "triton" (one fused kernel per tile) or "auto" (triton
+  on CUDA when installed, the library's default);
 - `naive`: `lm_head`, then `log_softmax(logits.float())` and `gather`;
 - `selective`: `lm_head`, then `selective_log_softmax` (chunked, on the full logits).
 
@@ -32,19 +35,25 @@ from twinkle_exp.benchmarks.harness import (
 from twinkle_exp.loss import hidden_log_probs, selective_log_softmax
 from twinkle_exp.loss.chunked_softmax import chunk_elements
 from twinkle_exp.loss.hidden_logprobs import DEFAULT_CHUNK_TOKENS
+from twinkle_exp.loss.tile_backend import BACKENDS, tile_loops
 
 METHODS = ("hidden", "naive", "selective")
 
 
 def log_probs(
-    method: str, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk: int | None = None
+    method: str,
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    chunk: int | None = None,
+    backend: str = "auto",
 ) -> torch.Tensor:
     """hidden [N, H], weight [V, H], labels [N] -> logps [N] float32, by `method`; `chunk`: float32 elements
-    of logits per chunk (None: the library's default for the device)."""
+    of logits per chunk (None: the library's default for the device); `backend`: `hidden`'s tile loops."""
     n, v = labels.shape[0], weight.shape[0]
     if method == "hidden":
         chunk_vocab = None if chunk is None else max(1, chunk // min(n, DEFAULT_CHUNK_TOKENS))
-        return hidden_log_probs(hidden, weight, labels, chunk_vocab=chunk_vocab)[0]
+        return hidden_log_probs(hidden, weight, labels, chunk_vocab=chunk_vocab, backend=backend)[0]
     logits = torch.nn.functional.linear(hidden, weight)  # [N, V], what lm_head returns
     if method == "naive":
         return torch.log_softmax(logits.float(), dim=-1).gather(-1, labels[:, None]).squeeze(-1)
@@ -64,18 +73,18 @@ def run_case(spec: dict) -> dict:
     labels = torch.randint(0, v, (n,), generator=gen, device=device)
     upstream = torch.randn(n, generator=gen, device=device)  # d loss / d logp, as a loss would give
 
-    method, chunk = spec["method"], spec["chunk_elements"]
+    method, chunk, backend = spec["method"], spec["chunk_elements"], spec.get("backend", "auto")
     # One-time set-up costs (lazy kernel loading, library heuristics): on a GPU at the full size, which
     # takes milliseconds; on a CPU, where a pass takes tens of seconds, on a few tokens.
     warm = n if device == "cuda" else 16
-    log_probs(method, hidden[:warm], weight, labels[:warm], chunk).sum().backward()
+    log_probs(method, hidden[:warm], weight, labels[:warm], chunk, backend).sum().backward()
     hidden.grad = weight.grad = None  # each pass's gradients count in its peak
     walls, cpus = [], []
     with PeakMemory(device) as memory:
         for _ in range(spec["iters"]):
             hidden.grad = weight.grad = None
             wall, cpu = time.perf_counter(), time.process_time()
-            (log_probs(method, hidden, weight, labels, chunk) * upstream).sum().backward()
+            (log_probs(method, hidden, weight, labels, chunk, backend) * upstream).sum().backward()
             if device == "cuda":
                 torch.cuda.synchronize()
             walls.append(time.perf_counter() - wall)
@@ -91,6 +100,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--head", default="trained", choices=["trained", "frozen"], help="frozen: as LoRA")
+    parser.add_argument(
+        "--backend", default="auto", choices=BACKENDS, help="hidden's tile loops (auto: triton on CUDA)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -105,10 +117,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         print_child_result(run_case(json.loads(args.child)))
         return
+    try:  # refuse a backend the device cannot run before any child starts
+        tile_loops(args.backend, torch.device(args.device), torch.float32)
+    except ValueError as err:
+        parser.error(str(err))
 
     print(
         f"log-probs forward + backward: {args.tokens} tokens, hidden {args.hidden}, vocabulary {args.vocab}, "
-        f"head {args.head}, {args.device}, {args.threads} thread(s); chunks of "
+        f"head {args.head}, {args.device}, {args.threads} thread(s), hidden's backend {args.backend}; chunks of "
         f"{args.chunk_elements or chunk_elements(args.device)} float32 logits; median over {args.repeats} "
         f"processes of each one's median of {args.iters} passes"
     )

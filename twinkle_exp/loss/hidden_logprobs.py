@@ -11,6 +11,9 @@ losses, in plain PyTorch) the logits exist one `[chunk_tokens, chunk_vocab]` til
 - with a trainable head, backward recomputes each tile's logits, rebuilds its softmax from `logsumexp`, and
   writes the head's gradient block by block (one rounding per token chunk, also in bfloat16) while
   accumulating the hidden states' gradient. That is one matmul more than the logits path (4 instead of 3).
+
+On CUDA, with Triton installed, each tile's elementwise work runs as one kernel (`fused_logprobs`, chosen by
+`tile_backend`; `backend="torch"` keeps the PyTorch ops).
 """
 
 from __future__ import annotations
@@ -18,27 +21,28 @@ from __future__ import annotations
 import torch
 
 from twinkle_exp.loss.chunked_softmax import chunk_elements, compute_dtype
-from twinkle_exp.loss.hidden_chunks import backward_tiles, forward_tiles
 from twinkle_exp.loss.logprobs import IGNORE_INDEX
+from twinkle_exp.loss.tile_backend import BACKENDS, tile_loops
 
 DEFAULT_CHUNK_TOKENS = 4096
 
 
 class _HiddenLogProbs(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, bias, labels, temperature, chunks, with_entropy):
-        # hidden [N, H], weight [V, H], bias [V] or None, labels [N] valid ids, chunks (tokens, vocab)
+    def forward(ctx, hidden, weight, bias, labels, temperature, chunks, with_entropy, tiles):
+        # hidden [N, H], weight [V, H], bias [V] or None, labels [N] valid ids, chunks (tokens, vocab),
+        # tiles: the module with the tile loops (`hidden_chunks`, or `fused_logprobs`'s Triton kernels)
         # -> logps [N] and entropy [N] (or [0] when not asked), in the compute dtype
         need = ctx.needs_input_grad[:3]
         # A frozen head: the gradient w.r.t. the hidden states is grad_logp * direction, known in forward.
         precompute = need[0] and not (need[1] or need[2])
         dtype = compute_dtype(hidden.dtype)
         with torch.autocast(hidden.device.type, enabled=False):
-            logps, lse, entropy, direction = forward_tiles(
+            logps, lse, entropy, direction = tiles.forward_tiles(
                 hidden, weight, bias, labels, temperature, *chunks, dtype, with_entropy, precompute
             )
         ctx.save_for_backward(hidden, weight, bias, labels, lse, direction)
-        ctx.temperature, ctx.chunks, ctx.precompute = temperature, chunks, precompute
+        ctx.temperature, ctx.chunks, ctx.precompute, ctx.tiles = temperature, chunks, precompute, tiles
         entropy = logps.new_empty(0) if entropy is None else entropy
         ctx.mark_non_differentiable(entropy)
         return logps, entropy
@@ -51,7 +55,7 @@ class _HiddenLogProbs(torch.autograd.Function):
             grads = ((grad_logps[:, None] * direction).to(hidden.dtype), None, None)
         else:
             with torch.autocast(hidden.device.type, enabled=False):
-                grads = backward_tiles(
+                grads = ctx.tiles.backward_tiles(
                     hidden,
                     weight,
                     bias,
@@ -62,7 +66,7 @@ class _HiddenLogProbs(torch.autograd.Function):
                     *ctx.chunks,
                     ctx.needs_input_grad[:3],
                 )
-        return (*grads, None, None, None, None)
+        return (*grads, None, None, None, None, None)
 
 
 def _matmul_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
@@ -85,6 +89,7 @@ def hidden_log_probs(
     with_entropy: bool = False,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     chunk_vocab: int | None = None,
+    backend: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of `labels` under `softmax((hidden @ weight.T + bias) / temperature)`, position by position.
 
@@ -97,6 +102,9 @@ def hidden_log_probs(
         with_entropy: also return the entropy of the tempered distribution (no gradient).
         chunk_tokens, chunk_vocab: the tile of logits computed at once; `chunk_vocab` defaults to
             `chunk_elements / min(tokens, chunk_tokens)` columns, a 32 MiB float32 tile (128 MiB on a GPU).
+        backend: who does each tile's elementwise work: "torch" (PyTorch ops, `hidden_chunks`), "triton"
+            (one fused kernel per tile, `fused_logprobs`; needs triton and a CUDA device, or
+            `TRITON_INTERPRET=1` on CPU) or "auto" (triton on CUDA when it is installed, else torch).
 
     Returns:
         logps `[...]` float32 (float64 for float64 inputs), differentiable w.r.t. hidden, weight and bias;
@@ -114,7 +122,10 @@ def hidden_log_probs(
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
     if chunk_vocab is not None and chunk_vocab < 1:
         raise ValueError(f"chunk_vocab must be >= 1, got {chunk_vocab}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     dtype = _matmul_dtype(hidden, weight)
+    tiles = tile_loops(backend, hidden.device, dtype)
     valid = labels != IGNORE_INDEX
     h = hidden[valid].to(dtype)  # [N, H] only the positions that have a label
     w, b = weight.to(dtype), None if bias is None else bias.to(dtype)
@@ -123,11 +134,11 @@ def hidden_log_probs(
     chunks = (int(chunk_tokens), int(chunk_vocab))
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (h, w, b)):
         logps, entropy = _HiddenLogProbs.apply(
-            h, w, b, labels[valid], float(temperature), chunks, with_entropy
+            h, w, b, labels[valid], float(temperature), chunks, with_entropy, tiles
         )
     else:  # no graph: nothing to save for backward
         with torch.autocast(h.device.type, enabled=False):
-            logps, _, entropy, _ = forward_tiles(
+            logps, _, entropy, _ = tiles.forward_tiles(
                 h,
                 w,
                 b,
