@@ -24,7 +24,7 @@ os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("numpy")  # the interpreter's arrays
 pytest.importorskip("triton")
 
-from twinkle_exp.loss import IGNORE_INDEX, fused_kernels, fused_logprobs, hidden_chunks  # noqa: E402
+from twinkle_exp.loss import IGNORE_INDEX, fused_kernels, fused_logprobs, hidden_chunks, tile_backend  # noqa: E402
 from twinkle_exp.loss import hidden_log_probs as _hidden_log_probs  # noqa: E402
 from twinkle_exp.loss.tile_backend import tile_loops  # noqa: E402
 
@@ -158,9 +158,11 @@ def test_no_labelled_token():
     assert logps.requires_grad == ref.requires_grad
 
 
-def test_backend_choice():
+def test_backend_choice(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert tile_loops("auto", cpu, torch.float32) is hidden_chunks  # CPU: the PyTorch loops
+    assert tile_loops("auto", cuda, torch.bfloat16) is hidden_chunks  # not on by default before a GPU check
+    monkeypatch.setattr(tile_backend, "FUSED_BY_DEFAULT", True)
     assert tile_loops("auto", cuda, torch.bfloat16) is fused_logprobs  # CUDA + triton: the kernels
     assert tile_loops("auto", cuda, torch.float64) is hidden_chunks  # float64 (gradcheck) stays torch
     assert tile_loops("torch", cuda, torch.float32) is hidden_chunks

@@ -1,4 +1,4 @@
-"""Which tile loops `hidden_log_probs` runs: PyTorch ops everywhere, or the Triton kernels on CUDA.
+"""Which tile loops `hidden_log_probs` runs: PyTorch ops, or the Triton kernels (`backend="triton"`).
 
 Triton is an optional dependency (the `triton` extra): nothing here imports it until the Triton loops are
 chosen, so the package imports and runs without it, and `TRITON_INTERPRET` is read when they first are.
@@ -15,6 +15,9 @@ import torch
 from twinkle_exp.loss import hidden_chunks
 
 BACKENDS = ("auto", "torch", "triton")
+# "auto" takes the Triton kernels only once they have been compiled, checked and timed on a GPU
+# (docs/performance.md): until then a CUDA run that has not asked for them keeps the PyTorch tiles.
+FUSED_BY_DEFAULT = False
 _KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -29,7 +32,7 @@ def tile_loops(backend: str, device: torch.device, dtype: torch.dtype) -> Module
     if backend == "torch":
         return hidden_chunks
     if backend == "auto":
-        if device.type == "cuda" and dtype in _KERNEL_DTYPES and triton_installed():
+        if FUSED_BY_DEFAULT and device.type == "cuda" and dtype in _KERNEL_DTYPES and triton_installed():
             from twinkle_exp.loss import fused_logprobs
 
             return fused_logprobs
