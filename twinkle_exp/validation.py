@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import importlib.resources
 import json
+import logging
 import netrc
 import os
 import random
@@ -36,6 +37,8 @@ from twinkle_exp.errors import UserError
 # Top-level names an override may start with besides Config's fields: Hydra's own, and the groups that are
 # appended (+experiment=..., +sweep=...) or optional (debug=...).
 _EXTRA_TOP_LEVEL = ("hydra", "experiment", "sweep", "debug")
+
+log = logging.getLogger(__name__)
 
 
 def config_groups() -> list[str]:
@@ -248,9 +251,24 @@ def config_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
+def config_warnings(config: Config) -> list[str]:
+    """Settings that run but bend what the metrics mean, one line each (logged at start-up)."""
+    r = config.rollout
+    if r.top_k > 0 or r.top_p < 1.0:
+        return [
+            f"rollout.top_k={r.top_k} rollout.top_p={r.top_p:g}: tokens are drawn from the filtered softmax, "
+            "but the old log-probs and the loss score the full one, so the update treats them as on-policy "
+            "samples of it; train/sampler/filtered_mass logs the gap (README, 'Top-k and top-p')"
+        ]
+    return []
+
+
 def check_config(cfg: DictConfig) -> Config:
     """The composed config as a typed `Config`, or ValueError listing every problem (one per line)."""
     problems = config_problems(cfg)
     if problems:
         raise ValueError("\n".join(problems))
-    return typed_config(cfg)
+    config = typed_config(cfg)
+    for line in config_warnings(config):
+        log.warning(line)
+    return config
