@@ -142,7 +142,7 @@ def draw_from_probs(
     cols = chosen * block + torch.arange(block, device=probs.device)  # [N, block]
     inside = probs.gather(-1, cols.clamp(max=v - 1)).masked_fill(cols >= v, 0.0)
     within = _first_above(inside.cumsum(-1, dtype=torch.float64), target - before)
-    return (chosen * block + within).squeeze(-1)
+    return (chosen * block + within).squeeze(-1).clamp_(max=v - 1)  # a row without mass: the short last block
 
 
 def _first_above(
