@@ -60,3 +60,16 @@ def test_without_a_filter_the_key_is_absent():
     assert M.SAMPLER_FILTERED_MASS not in rollout_metrics(
         r, group_advantages(r.rewards, 2), SECONDS, epochs=1
     )
+
+
+@pytest.mark.slow
+def test_a_top_p_run_warns_and_logs_its_filtered_mass(run_cli, tmp_path):
+    from cli_run_helpers import check_ok, metric_rows
+
+    proc = run_cli("rollout.top_p=0.9", "debug=fast")
+    check_ok(proc)
+    assert "rollout.top_p=0.9" in proc.stdout + proc.stderr
+    (run_dir,) = [p.parent for p in tmp_path.glob("outputs/*/*/run.json")]
+    values = [float(r[M.SAMPLER_FILTERED_MASS]) for r in metric_rows(run_dir) if M.SAMPLER_FILTERED_MASS in r]
+    # top_p=0.9 removes at most 10% of a token's mass (the kept tokens cover at least 0.9)
+    assert values and all(0.0 <= v <= 0.1 + 1e-6 for v in values) and max(values) > 0
