@@ -20,6 +20,10 @@ LEARNING_RATE = "train/lr"  # the rate the optimizer step used
 # how far the sampler (KV-cached, maybe another precision or engine) is from the training forward.
 LOGP_MISMATCH_MEAN = "train/logp_mismatch/mean"
 LOGP_MISMATCH_MAX = "train/logp_mismatch/max"
+# Top-k / top-p only: the mean over completion tokens of the tempered softmax's mass the filter removed
+# before the draw, which is each token's total variation between the distribution sampled and the one
+# the old log-probs and the loss score (README, "Top-k and top-p").
+SAMPLER_FILTERED_MASS = "train/sampler/filtered_mass"
 ROLLOUT_INDEX = "train/rollout"
 TIME_ROLLOUT = "time/rollout_s"
 TIME_REFERENCE = "time/reference_s"

@@ -279,7 +279,9 @@ class PolicyModule(L.LightningModule):
     def _finish_rollout(self, plan: UpdatePlan, in_step: bool = True) -> None:
         """Log the rollout's own metrics at the step that ends its updates (every rank together)."""
         rollout = plan.rollout
-        everyone = RolloutRows(plan.rewards, plan.per_fn, rollout.completion_lengths, rollout.truncated)
+        everyone = RolloutRows(
+            plan.rewards, plan.per_fn, rollout.completion_lengths, rollout.truncated, rollout.filtered_mass
+        )
         everyone = everyone.gathered()
         seconds = distributed.max_over_ranks(plan.seconds)  # the slowest rank's
         metrics = rollout_metrics(everyone, plan.adv, seconds, epochs=self.optim_cfg.mu)

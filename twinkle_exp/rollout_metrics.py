@@ -37,19 +37,23 @@ class RolloutRows:
     per_fn: dict[str, torch.Tensor]  # {reward function name: [N] unweighted reward}
     lengths: torch.Tensor  # [N] completion tokens per row, EOS included
     truncated: torch.Tensor  # [N] bool, max_new_tokens reached without EOS
+    filtered_mass: torch.Tensor | None = None  # [N] top-k/top-p's removed mass summed over the row's tokens
 
     def gathered(self) -> RolloutRows:
         """Every data-parallel rank's rows, rank 0's first (one collective): the global batch, exactly as one
         process holding all of them would have it. Rows stay whole groups, so groups never mix."""
         names = sorted(self.per_fn)
-        columns = [self.rewards, *(self.per_fn[n] for n in names), self.lengths, self.truncated]
+        filtered = [] if self.filtered_mass is None else [self.filtered_mass]  # the same on every rank
+        columns = [self.rewards, *(self.per_fn[n] for n in names), self.lengths, self.truncated, *filtered]
         local = torch.stack([c.detach().to("cpu", torch.float64) for c in columns], dim=1)  # [N, 3 + fns]
-        everyone = distributed.all_gather_rows(local)  # [ranks * N, 3 + fns]
+        everyone = distributed.all_gather_rows(local)  # [ranks * N, 3 + fns (+ 1)]
+        last = everyone.shape[1] - len(filtered)
         return RolloutRows(
             rewards=everyone[:, 0].to(self.rewards.dtype),
             per_fn={n: everyone[:, 1 + i].to(self.per_fn[n].dtype) for i, n in enumerate(names)},
-            lengths=everyone[:, -2].long(),
-            truncated=everyone[:, -1].bool(),
+            lengths=everyone[:, last - 2].long(),
+            truncated=everyone[:, last - 1].bool(),
+            filtered_mass=everyone[:, last] if filtered else None,
         )
 
 
@@ -80,4 +84,6 @@ def rollout_metrics(
         M.UPDATE_TOKENS_PER_S: tokens * epochs / max(t[M.TIME_UPDATE], 1e-9),
         **{M.REWARD_PREFIX + name: values.mean() for name, values in rows.per_fn.items()},
     }
+    if rows.filtered_mass is not None:
+        metrics[M.SAMPLER_FILTERED_MASS] = rows.filtered_mass.sum() / max(tokens, 1.0)
     return {key: float(value) for key, value in metrics.items()}

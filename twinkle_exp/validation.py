@@ -262,12 +262,25 @@ def kl_warning(loss: Any) -> str | None:
     return None
 
 
+def config_warnings(config: Config) -> list[str]:
+    """Settings that run but bend what the metrics mean, one line each (logged at start-up)."""
+    lines = [kl_warning(config.loss or {})]
+    r = config.rollout
+    if r.top_k > 0 or r.top_p < 1.0:
+        lines.append(
+            f"rollout.top_k={r.top_k} rollout.top_p={r.top_p:g}: tokens are drawn from the filtered softmax, "
+            "but the old log-probs and the loss score the full one, so the update treats them as on-policy "
+            "samples of it; train/sampler/filtered_mass logs the gap (README, 'Top-k and top-p')"
+        )
+    return [line for line in lines if line]
+
+
 def check_config(cfg: DictConfig) -> Config:
     """The composed config as a typed `Config`, or ValueError listing every problem (one per line)."""
     problems = config_problems(cfg)
     if problems:
         raise ValueError("\n".join(problems))
-    warning = kl_warning(cfg.get("loss") or {})
-    if warning:
-        log.warning(warning)
-    return typed_config(cfg)
+    config = typed_config(cfg)
+    for line in config_warnings(config):
+        log.warning(line)
+    return config

@@ -1,6 +1,7 @@
 """Sampling throughput on a tiny random Qwen2: our sampler with and without the shared prefill, and HF generate.
 
     python -m twinkle_exp.benchmarks.sampling               # 16 prompts x 8 samples, 32 new tokens
+    python -m twinkle_exp.benchmarks.sampling --vocab-size 151936 --methods cascade   # Qwen's vocabulary
 
 The model is built from a config (hidden 128, 4 layers, the character vocabulary), never downloaded.
 Four methods, same model, same prompts, same settings (temperature 1, no top-k, no top-p):
@@ -12,7 +13,8 @@ Four methods, same model, same prompts, same settings (temperature 1, no top-k, 
 EOS is switched off for all three so that every row samples exactly `--new-tokens` tokens, and tokens/s =
 rows x new tokens / seconds. Our sampler also computes each token's log-prob (the loss's old_logps);
 `generate` does not. Each (method, repeat) runs in its own subprocess (see `harness.py`), which times
-`--iters` calls after one warm-up call and reports their median.
+`--iters` calls after one warm-up call and reports their median. `--vocab-size` widens the model's output to
+a real vocabulary (the ids past the character set decode as `?`), where the draw itself costs something.
 """
 
 from __future__ import annotations
@@ -38,6 +40,25 @@ class NoEosTokenizer(CharTokenizer):
     @property
     def eos_token_id(self) -> None:
         return None
+
+
+class WideTokenizer(NoEosTokenizer):
+    """`NoEosTokenizer` for a model with `vocab_size` outputs: the ids past the character set decode as `?`."""
+
+    def __init__(self, vocab_size: int | None = None) -> None:
+        super().__init__()
+        self._width = vocab_size or super().vocab_size
+
+    @property
+    def vocab_size(self) -> int:
+        return self._width
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        chars = super().vocab_size
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        return "".join(
+            "?" if i >= chars else super(WideTokenizer, self).decode([i], skip_special_tokens) for i in ids
+        )
 
 
 def tiny_qwen2(vocab_size: int, seed: int = 0):
@@ -99,7 +120,7 @@ def sample(method: str, model, tokenizer, prompts: list[str], spec: dict, seed: 
 def run_case(spec: dict) -> dict:
     """In the child: one warm-up call, then the median time of `iters` calls."""
     torch.set_num_threads(spec["threads"])
-    tokenizer = NoEosTokenizer()
+    tokenizer = WideTokenizer(spec.get("vocab_size"))
     model = tiny_qwen2(tokenizer.vocab_size)
     prompts = make_prompts(spec["prompts"], spec["prompt_chars"])
     with torch.inference_mode():
@@ -125,6 +146,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iters", type=int, default=5, help="timed calls per subprocess")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument(
+        "--vocab-size", type=int, default=None, help="model outputs (default: the characters)"
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -133,7 +157,8 @@ def main(argv: list[str] | None = None) -> None:
 
     print(
         f"sampling: {args.prompts} prompts x {args.group_size} samples, {args.new_tokens} new tokens, prompts of "
-        f"{args.prompt_chars // 2}-{args.prompt_chars} characters, tiny Qwen2, {args.threads} thread(s), "
+        f"{args.prompt_chars // 2}-{args.prompt_chars} characters, tiny Qwen2 with "
+        f"{args.vocab_size or NoEosTokenizer().vocab_size} outputs, {args.threads} thread(s), "
         f"median of {args.repeats} x {args.iters}"
     )
     print(f"before: {load_average()}", flush=True)
