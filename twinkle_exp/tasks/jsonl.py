@@ -10,7 +10,12 @@ from twinkle_exp.tasks.base import Example, Task
 
 
 def read_examples(path: str | os.PathLike[str]) -> list[Example]:
-    """Parse `path`, one JSON object per line; blank lines are skipped, `answer` is coerced with str().
+    """Parse `path`, one JSON object per line; blank lines are skipped, `answer` is coerced with str()."""
+    return [ex for ex, _ in read_located_examples(path)]
+
+
+def read_located_examples(path: str | os.PathLike[str]) -> list[tuple[Example, str]]:
+    """`read_examples`, each example with its place ("<path>, line <n>").
 
     Raises FileNotFoundError naming the path, and ValueError naming the file and 1-based line number for
     invalid JSON, a non-object line, a missing or null key, a non-string prompt, a prompt repeated with a
@@ -19,7 +24,7 @@ def read_examples(path: str | os.PathLike[str]) -> list[Example]:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"task file not found: {path!r} (relative to {os.getcwd()!r})")
-    examples: list[Example] = []
+    examples: list[tuple[Example, str]] = []
     first_line: dict[str, tuple[int, str]] = {}  # prompt -> (line number, answer) of its first occurrence
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
@@ -46,7 +51,7 @@ def read_examples(path: str | os.PathLike[str]) -> list[Example]:
                     f"{where}: prompt {prompt!r} already has answer {earlier[1]!r} (line {earlier[0]}), "
                     f"here {answer!r}"
                 )
-            examples.append(Example(prompt=prompt, answer=answer))
+            examples.append((Example(prompt=prompt, answer=answer), where))
     if not examples:
         raise ValueError(f"{path}: no examples (the file is empty or holds only blank lines)")
     return examples
@@ -80,9 +85,12 @@ class JsonlTask(Task):
         self.validation_path = validation_path
         self.num_validation = num_validation
         self.seed = seed
-        examples = read_examples(path)
+        self._located = read_located_examples(path)
+        examples = [ex for ex, _ in self._located]
         if validation_path is not None:
-            self._validation = _unique_by_prompt(read_examples(validation_path))
+            held_out = read_located_examples(validation_path)
+            self._located += held_out
+            self._validation = _unique_by_prompt([ex for ex, _ in held_out])
         else:
             self._validation = self._split(examples)
         held_out = {ex.prompt for ex in self._validation}
@@ -108,6 +116,9 @@ class JsonlTask(Task):
 
     def data_files(self) -> list[str]:
         return [p for p in (self.path, self.validation_path) if p is not None]
+
+    def located_examples(self) -> list[tuple[Example, str]]:
+        return list(self._located)
 
     def sample(self, n: int, rng: random.Random) -> list[Example]:
         if n < 0:
