@@ -99,6 +99,34 @@ def test_a_missing_validation_file_names_its_own_key(tmp_path, gsm8k_files):
     assert line.startswith(f"ValueError: task.validation_path={str(tmp_path / 'nope.jsonl')!r}: no such file")
 
 
+def test_a_jsonl_line_that_is_not_utf8_is_named(tmp_path):
+    # Was: "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xe9 ...", naming neither file nor line.
+    data = tmp_path / "t.jsonl"
+    lines = [json.dumps({"prompt": f"{i}=", "answer": str(i)}).encode() for i in range(20)]
+    lines[3] = b'{"prompt": "caf\xe9=", "answer": "1"}'
+    data.write_bytes(b"\n".join(lines) + b"\n")
+    found = problems("task=jsonl", f"task.path={data}", "task.num_validation=4")
+    assert found == [f"ValueError: {data}, line 4: not UTF-8 text (byte 0xe9 at column 16)"], found
+
+
+def test_an_empty_gold_answer_is_refused(tmp_path):
+    # Was: accepted; an empty completion then scores as exact.
+    data = tmp_path / "t.jsonl"
+    lines = [json.dumps({"prompt": f"{i}=", "answer": str(i)}) for i in range(20)]
+    lines[2] = json.dumps({"prompt": "2=", "answer": " "})
+    data.write_text("\n".join(lines) + "\n")
+    assert problems("task=jsonl", f"task.path={data}", "task.num_validation=4") == [
+        f"ValueError: {data}, line 3: 'answer' is empty"
+    ]
+    rows = [{"q": f"{i}=", "a": str(i)} for i in range(20)]
+    rows[5]["a"] = ""
+    sums = write_jsonl(tmp_path / "sums.jsonl", rows)
+    task = ["task=hf_dataset", f"task.path={sums}", "task.prompt_template='{q}'", "task.answer_field=a"]
+    assert problems(*task, "task.num_validation=4") == [
+        f"ValueError: {sums}, row 5 (prompt '5='): the gold answer is empty (field 'a')"
+    ]
+
+
 # --- prompt length against any policy's positions -----------------------------------------------------------
 @pytest.fixture(scope="module")
 def hf_128(tmp_path_factory):
@@ -167,6 +195,15 @@ def test_a_missing_model_directory_is_named():
     assert line.startswith("policy.name_or_path='/no/such/model': no such directory")
 
 
+def test_a_missing_reference_model_directory_is_named(tiny_hf_dir):
+    found = problems(
+        "policy=hf", f"policy.name_or_path={tiny_hf_dir}", "policy.reference_name_or_path=./no/ref"
+    )
+    assert len(found) == 1 and found[0].startswith(
+        "policy.reference_name_or_path='./no/ref': no such directory"
+    )
+
+
 def test_a_model_directory_without_a_config_is_named(tmp_path):
     [line] = problems("policy=hf", f"policy.name_or_path={tmp_path}")
     assert line.startswith(f"policy.name_or_path={str(tmp_path)!r}: cannot load the directory (")
@@ -227,3 +264,61 @@ def test_jsonl_places_are_lines(tmp_path):
     [line] = problems("task=jsonl", f"task.path={data}", "task.num_validation=4", "policy.max_seq_len=5")
     assert "prompts of up to 4 tokens plus rollout.max_new_tokens=8 need 12" in line
     assert f"(the longest prompt: {data}, line 11)" in line
+
+
+# --- the command line: one line, exit 2, no traceback, no run.json -----------------------------------------
+def _refused_in_one_line(proc, *names: str) -> str:
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+    head = "twinkle_exp: 1 problem(s) in the config:"
+    assert head in lines, lines
+    lines = lines[lines.index(head) :]  # before it: datasets' progress bars reading a file, if any
+    assert len(lines) == 2, lines
+    assert all(name in lines[1] for name in names), lines
+    return lines[1]
+
+
+@pytest.mark.slow
+def test_the_cli_refuses_the_readme_gsm8k_command_with_the_built_in_policy_in_one_line(run_cli, tmp_path):
+    write_jsonl(tmp_path / "train.jsonl", gsm8k_rows(60))
+    write_jsonl(tmp_path / "test.jsonl", gsm8k_rows(20, seed=1))
+    proc = run_cli("task=gsm8k", "task.path=train.jsonl", "task.validation_path=test.jsonl")
+    _refused_in_one_line(proc, "policy.max_seq_len=64", "train.jsonl, row ")
+    assert not list(tmp_path.glob("outputs/*/*/run.json"))
+
+
+@pytest.mark.slow
+def test_the_cli_refuses_a_50_mb_line_quickly_without_a_run_json(run_cli, tmp_path):
+    # Was: the warm-start ran out of memory, leaving run.json "running".
+    lines = [json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)}) for i in range(40)]
+    lines[5] = json.dumps({"prompt": "a" * 50_000_000, "answer": "1"})
+    (tmp_path / "huge.jsonl").write_text("\n".join(lines) + "\n")
+    proc = run_cli("task=jsonl", "task.path=huge.jsonl", "task.num_validation=4", timeout=300)
+    _refused_in_one_line(proc, "prompts of at least 1000001 tokens", "huge.jsonl, line 6")
+    assert not list(tmp_path.glob("outputs/*/*/run.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("overrides", "names"),
+    [
+        (["seed=-1"], ["seed must be an integer from 0 to 4294967295"]),
+        (["policy=hf", "policy.name_or_path=/no/such/model"], ["policy.name_or_path='/no/such/model'"]),
+        (["rollout.max_new_tokens=1"], ["rollout.max_new_tokens=1", "every advantage and gradient is 0"]),
+    ],
+)
+def test_the_cli_refuses_bad_seeds_models_and_budgets_in_one_line(overrides, names, run_cli, tmp_path):
+    _refused_in_one_line(run_cli(*overrides), *names)
+    assert not list(tmp_path.glob("outputs/*/*/run.json"))
+
+
+@pytest.mark.slow
+def test_gsm8k_trains_with_the_built_in_policy_when_its_prompts_fit(run_cli, tmp_path):
+    write_jsonl(tmp_path / "train.jsonl", gsm8k_rows(60))
+    write_jsonl(tmp_path / "test.jsonl", gsm8k_rows(20, seed=1))
+    args = ["task=gsm8k", "task.path=train.jsonl", "task.validation_path=test.jsonl", "policy.max_seq_len=96"]
+    proc = run_cli(*args, "debug=fast", "logger=csv")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [status] = tmp_path.glob("outputs/*/*/run.json")
+    assert json.loads(status.read_text())["status"] == "finished"

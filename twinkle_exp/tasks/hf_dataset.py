@@ -153,11 +153,15 @@ class HFDatasetTask(Task):
         if value is None:
             raise ValueError(f"{where}: the answer field {self.answer_field!r} is empty (null)")
         if self._extract is None:
-            return str(value)
-        try:
-            return self._extract(str(value))
-        except ValueError as e:
-            raise ValueError(f"{where}: bad gold answer {str(value)[-80:]!r}: {e}") from None
+            answer = str(value)
+        else:
+            try:
+                answer = self._extract(str(value))
+            except ValueError as e:
+                raise ValueError(f"{where}: bad gold answer {str(value)[-80:]!r}: {e}") from None
+        if not str(answer).strip():  # an empty completion would be "correct"
+            raise ValueError(f"{where}: the gold answer is empty (field {self.answer_field!r})")
+        return answer
 
     def _sample_held_out(self, examples: list[Example]) -> list[Example]:
         unique = list(

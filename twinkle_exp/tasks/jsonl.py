@@ -18,19 +18,26 @@ def read_located_examples(path: str | os.PathLike[str]) -> list[tuple[Example, s
     """`read_examples`, each example with its place ("<path>, line <n>").
 
     Raises FileNotFoundError naming the path, and ValueError naming the file and 1-based line number for
-    invalid JSON, a non-object line, a missing or null key, a non-string prompt, a prompt repeated with a
-    different answer (a verifier can only hold one gold answer), or a file with no examples.
+    a line that is not UTF-8, invalid JSON, a non-object line, a missing or null key, a non-string prompt, an
+    empty answer, a prompt repeated with a different answer (a verifier can only hold one gold answer), or
+    a file with no examples.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"task file not found: {path!r} (relative to {os.getcwd()!r})")
     examples: list[tuple[Example, str]] = []
     first_line: dict[str, tuple[int, str]] = {}  # prompt -> (line number, answer) of its first occurrence
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with open(path, "rb") as f:  # decoded line by line, so that a bad byte is named by its line
+        for lineno, raw in enumerate(f, start=1):
+            where = f"{path}, line {lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"{where}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1})"
+                ) from None
             if not line.strip():
                 continue
-            where = f"{path}, line {lineno}"
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
@@ -45,6 +52,8 @@ def read_located_examples(path: str | os.PathLike[str]) -> list[tuple[Example, s
             prompt, answer = record["prompt"], str(record["answer"])
             if not isinstance(prompt, str):
                 raise ValueError(f"{where}: 'prompt' must be a string, got {type(prompt).__name__}")
+            if not answer.strip():  # an empty completion would be "correct"
+                raise ValueError(f"{where}: 'answer' is empty")
             earlier = first_line.setdefault(prompt, (lineno, answer))
             if earlier[1] != answer:
                 raise ValueError(
