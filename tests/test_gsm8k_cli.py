@@ -25,6 +25,10 @@ def test_gsm8k_with_the_math_reward_and_lora_runs_from_the_cli(tiny_hf_dir, cli_
     from transformers import AutoTokenizer
 
     model_dir = shutil.copytree(tiny_hf_dir, tmp_path / "chat_model")  # the tiny model, with a chat template
+    # Its 64 positions hold no chat-templated question (up to 111 tokens): the start-up check refuses them.
+    # Llama's rotary positions have no weights, so 128 is the same model with room for the prompts.
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps(config | {"max_position_embeddings": 128}))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.chat_template = TEMPLATE
     tokenizer.save_pretrained(model_dir)

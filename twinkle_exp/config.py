@@ -44,6 +44,15 @@ from twinkle_exp.tasks import TASKS
 LOSS_EXPERIMENT_DEFAULTS = {"beta": 0.01}
 OLD_LOGPS_MODES = ("auto", "recompute", "sampler")
 WANDB_MODES = ("online", "offline", "disabled", "shared")
+MAX_SEED = 2**32 - 1  # numpy's (and so Lightning's seed_everything's) range is 0..2**32 - 1
+
+
+def seed_range(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise ValueError(
+            f"{name} must be an integer from 0 to {MAX_SEED} (numpy's seed range), got {value!r}"
+        )
+    return value
 
 
 @dataclass
@@ -121,7 +130,9 @@ class WarmupConfig:
     steps: int = param(80, int_at_least(0))
     batch_size: int = param(64, positive_int)
     lr: float = param(1e-3, positive)
-    seed: int = 0  # separate from the RL seed, so every seed of a sweep starts from the same policy
+    seed: int = param(
+        0, seed_range
+    )  # separate from the RL seed: every seed of a sweep starts from one policy
     cache_dir: str = "${oc.env:TWINKLE_CACHE,${oc.env:HOME,.}/.cache/twinkle_exp}"
 
 
@@ -167,7 +178,7 @@ class Config:
     warmup: WarmupConfig = MISSING
     trainer: TrainerConfig = MISSING
     logger: LoggerConfig = MISSING
-    seed: int = 0
+    seed: int = param(0, seed_range)
     sweep_name: str | None = None  # wandb group of a multirun; default: the sweep directory's name
     # auto: continue from the latest checkpoint in the run directory (none there: start; a finished run:
     # nothing to do); a path: from that checkpoint file or run directory; null: never resume.

@@ -11,13 +11,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.resources
-import json
 import logging
 import netrc
 import os
 import random
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -176,45 +174,50 @@ def _built_problems(cfg: DictConfig, plain: dict[str, Any]) -> Iterator[str]:
         cause = exc.__cause__ or exc
         yield f"{type(cause).__name__}: {cause}"
         return
+    yield from _task_fit(task, plain)
+
+
+def _task_fit(task: Any, plain: dict[str, Any]) -> Iterator[str]:
+    """The task's examples against the policy's tokenizer and positions, and the reward's gold answers."""
+    from twinkle_exp import input_checks
+
+    try:
+        fit = input_checks.policy_tokenizer(plain["policy"], task)
+    except (ValueError, ImportError) as exc:  # no such model directory, no chat template, ...
+        yield str(exc)
+        return
+    located = _located(task)
     if plain["policy"].get("_target_", "").endswith("tiny_policy"):
-        yield from _tiny_policy_fit(task, plain)
+        bad_text = next(_tiny_charset_problems(located), None)
+        if bad_text is not None:
+            yield bad_text
+            return
+    budget = plain["rollout"]["max_new_tokens"]
+    if fit is not None:
+        tokenizer, positions, limit, remedy = fit
+        yield from input_checks.prompt_length_problems(located, tokenizer, positions, budget, limit, remedy)
+        truncated_max = plain["reward"].get("truncated_max")
+        yield from input_checks.answer_budget_problems(located, tokenizer, budget, truncated_max)
+    yield from input_checks.gold_answer_problems(located, plain["reward"])
 
 
-def _tiny_policy_fit(task: Any, plain: dict[str, Any]) -> Iterator[str]:
+def _tiny_charset_problems(located: list[tuple[Any, str]]) -> Iterator[str]:
     from twinkle_exp.models import CharTokenizer
 
     tokenizer = CharTokenizer()
-    for text, where in _task_texts(task, plain["task"]):
-        bad = sorted({ch for ch in text if not _encodable(tokenizer, ch)})
+    for example, where in located:
+        # Each distinct character once: a runaway 50 MB line costs a second, not minutes.
+        bad = sorted(ch for ch in set(example.prompt) | set(example.answer) if not _encodable(tokenizer, ch))
         if bad:
             yield f"{where}: {bad[0]!r} is not in the built-in policy's character set; use policy=hf for such text"
-            return
-    longest = max(len(example.prompt) for example in _examples(task)) + 1  # + BOS
-    budget = plain["rollout"]["max_new_tokens"]
-    if longest + budget > plain["policy"]["max_seq_len"]:
-        yield (
-            f"policy.max_seq_len={plain['policy']['max_seq_len']}: prompts of up to {longest} tokens plus "
-            f"rollout.max_new_tokens={budget} need {longest + budget}"
-        )
 
 
-def _examples(task: Any) -> list[Any]:
-    # Procedural tasks draw prompts; a few hundred draws cover their lengths.
-    return task.validation_set() + task.sample(512, random.Random(0))
-
-
-def _task_texts(task: Any, task_cfg: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """(text, where) for the task's text: each example of a jsonl file by line, drawn examples otherwise."""
-    paths = [task_cfg.get(key) for key in ("path", "validation_path") if task_cfg.get(key)]
-    if paths:
-        for path in paths:
-            for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-                if line.strip():  # the task has parsed the file already: every line is an object
-                    record = json.loads(line)
-                    yield f"{record['prompt']}{record['answer']}", f"{path}, line {lineno}"
-        return
-    for example in _examples(task):
-        yield example.prompt + example.answer, f"task prompt {example.prompt!r}"
+def _located(task: Any) -> list[tuple[Any, str]]:
+    """(example, where) for every example of a `Task`; a task of the user's own without the method: drawn."""
+    if hasattr(task, "located_examples"):
+        return task.located_examples()
+    drawn = task.validation_set() + task.sample(512, random.Random(0))
+    return [(example, f"task prompt {example.prompt!r}") for example in drawn]
 
 
 def _encodable(tokenizer: Any, ch: str) -> bool:
@@ -225,11 +228,25 @@ def _encodable(tokenizer: Any, ch: str) -> bool:
     return True
 
 
+def _top_level_problems(cfg: DictConfig) -> list[str]:
+    """Failed checks of Config's own fields (seed=-1 would end in numpy's traceback)."""
+    problems = []
+    for f in dataclasses.fields(Config):
+        check = f.metadata.get("check")
+        if check is not None and f.name in cfg:
+            try:
+                check(f.name, OmegaConf.select(cfg, f.name))
+            except ValueError as exc:
+                problems.append(str(exc))
+    return problems
+
+
 def config_problems(cfg: DictConfig) -> list[str]:
     """Every problem of the composed `cfg`, one line each; empty when it can run."""
     problems = []
     fields = {f.name for f in dataclasses.fields(Config)}
     problems += [f"+{key}: {_unknown_top_level(key, _known_top_level())}" for key in cfg if key not in fields]
+    problems += _top_level_problems(cfg)
     plain: dict[str, Any] = {}
     for group in [*TYPED_GROUPS, *OPTION_GROUPS]:
         try:

@@ -39,6 +39,15 @@ class Task(ABC):
         """Files the examples are read from; their content is part of the warm-start's cache key."""
         return []
 
+    def located_examples(self) -> list[tuple[Example, str]]:
+        """Every example the task can train or validate on, each with where it comes from (file and line).
+
+        For the start-up checks, whose lines name the file and row of a bad example. A procedural task's
+        space is too large to list: its held-out set and a few hundred draws cover its lengths.
+        """
+        drawn = self.validation_set() + self.sample(512, random.Random(0))
+        return [(ex, f"task prompt {ex.prompt!r}") for ex in drawn]
+
 
 def check_printable_ascii(text: str, what: str) -> None:
     """Raise unless `text` is non-empty printable ASCII without whitespace.

@@ -17,8 +17,13 @@ def is_local_file(path: str) -> bool:
     return os.path.isfile(os.path.expanduser(path))
 
 
-def load_rows(path: str, subset: str | None = None, split: str = "train") -> list[dict[str, Any]]:
-    """The rows of one split as dicts. A local file is a single split, read whatever `split` says."""
+def load_rows(
+    path: str, subset: str | None = None, split: str = "train", key: str = "task.path"
+) -> list[dict[str, Any]]:
+    """The rows of one split as dicts. A local file is a single split, read whatever `split` says.
+
+    `key` is the setting `path` came from, for the error message.
+    """
     try:
         import datasets
     except ImportError as e:
@@ -26,15 +31,22 @@ def load_rows(path: str, subset: str | None = None, split: str = "train") -> lis
     if is_local_file(path):
         suffix = os.path.splitext(path)[1].lower()
         if suffix not in FILE_BUILDERS:
-            raise ValueError(f"{path}: unknown file type {suffix!r}; expected one of {sorted(FILE_BUILDERS)}")
+            raise ValueError(
+                f"{key}={path!r}: unknown file type {suffix!r}; expected one of {sorted(FILE_BUILDERS)}"
+            )
         where = {"path": FILE_BUILDERS[suffix], "data_files": os.path.expanduser(path), "split": "train"}
+        if os.path.getsize(os.path.expanduser(path)) == 0:
+            raise ValueError(f"{key}={path!r}: the file is empty")
+    elif key != "task.path":  # a held-out file must be a file: it is never read from the hub
+        raise ValueError(f"{key}={path!r}: no such file (relative to {os.getcwd()!r})")
     else:
         where = {"path": path, "name": subset, "split": split}
     try:
         dataset = datasets.load_dataset(**where)
     except Exception as e:  # offline, a typo in the id, a missing split: say which setting it came from
+        message = " ".join(str(e).split())  # one line, whatever the library wrote
         raise ValueError(
-            f"task.path={path!r} (subset {subset!r}, split {split!r}): {type(e).__name__}: {e}"
+            f"{key}={path!r} (subset {subset!r}, split {split!r}): {type(e).__name__}: {message}"
         ) from e
     return dataset.to_list()
 
@@ -83,10 +95,12 @@ class HFDatasetTask(Task):
         self.num_validation, self.seed = num_validation, seed
         self.chat_template, self.system_prompt = chat_template, system_prompt
         self._extract = None if answer_extractor is None else get_answer_extractor(answer_extractor)
+        self._located: list[tuple[Example, str]] = []  # every row read, with its place (`located_examples`)
 
         train = self._examples(load_rows(path, subset, split), _source(path, subset, split))
         if validation_path is not None:
-            held_out = self._sample_held_out(self._examples(load_rows(validation_path), validation_path))
+            rows = load_rows(validation_path, key="task.validation_path")
+            held_out = self._sample_held_out(self._examples(rows, validation_path))
         elif validation_split is not None:
             rows = load_rows(path, subset, validation_split)
             held_out = self._sample_held_out(self._examples(rows, _source(path, subset, validation_split)))
@@ -104,11 +118,19 @@ class HFDatasetTask(Task):
         first_seen: dict[str, tuple[int, str]] = {}  # prompt -> (row, answer)
         for i, row in enumerate(rows):
             try:
-                prompt = self.prompt_template.format_map(row)
+                prompt = self.prompt_template.format_map(_NoNulls(row))
             except KeyError as e:
                 raise ValueError(
                     f"{source}, row {i}: task.prompt_template names the field {e}, the rows have {sorted(row)}"
                 ) from None
+            except _NullField as e:  # datasets fills a field some rows lack with null: it would read 'None'
+                raise ValueError(
+                    f"{source}, row {i}: the field {e.args[0]!r} of task.prompt_template is empty (null)"
+                ) from None
+            if not prompt.strip():
+                raise ValueError(
+                    f"{source}, row {i}: the prompt is empty (task.prompt_template {self.prompt_template!r})"
+                )
             answer = self._answer(row, f"{source}, row {i} (prompt {prompt[:60]!r})")
             earlier = first_seen.setdefault(prompt, (i, answer))
             if earlier[1] != answer:
@@ -117,6 +139,7 @@ class HFDatasetTask(Task):
                     f"(row {earlier[0]}), here {answer!r}; a verifier holds one gold answer per prompt"
                 )
             examples.append(Example(prompt=prompt, answer=answer))
+            self._located.append((examples[-1], f"{source}, row {i}"))
         if not examples:
             raise ValueError(f"{source}: no rows")
         return examples
@@ -130,11 +153,15 @@ class HFDatasetTask(Task):
         if value is None:
             raise ValueError(f"{where}: the answer field {self.answer_field!r} is empty (null)")
         if self._extract is None:
-            return str(value)
-        try:
-            return self._extract(str(value))
-        except ValueError as e:
-            raise ValueError(f"{where}: bad gold answer {str(value)[-80:]!r}: {e}") from None
+            answer = str(value)
+        else:
+            try:
+                answer = self._extract(str(value))
+            except ValueError as e:
+                raise ValueError(f"{where}: bad gold answer {str(value)[-80:]!r}: {e}") from None
+        if not str(answer).strip():  # an empty completion would be "correct"
+            raise ValueError(f"{where}: the gold answer is empty (field {self.answer_field!r})")
+        return answer
 
     def _sample_held_out(self, examples: list[Example]) -> list[Example]:
         unique = list(
@@ -155,6 +182,9 @@ class HFDatasetTask(Task):
     def validation_set(self) -> list[Example]:
         return list(self._validation)
 
+    def located_examples(self) -> list[tuple[Example, str]]:
+        return list(self._located)
+
     def data_files(self) -> list[str]:
         # Local files only: a hub dataset or a directory is named by the config, which the cache key holds.
         return [p for p in (self.path, self.validation_path) if p is not None and is_local_file(p)]
@@ -163,6 +193,20 @@ class HFDatasetTask(Task):
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
         return rng.choices(self._train, k=n)  # with replacement: small datasets still fill large batches
+
+
+class _NullField(Exception):
+    """A field of the prompt template whose value in the row is null."""
+
+
+class _NoNulls(dict):
+    """A row for `str.format_map` that refuses its null fields instead of writing them as 'None'."""
+
+    def __getitem__(self, key: str) -> Any:
+        value = super().__getitem__(key)
+        if value is None:
+            raise _NullField(key)
+        return value
 
 
 def _source(path: str, subset: str | None, split: str) -> str:

@@ -10,22 +10,34 @@ from twinkle_exp.tasks.base import Example, Task
 
 
 def read_examples(path: str | os.PathLike[str]) -> list[Example]:
-    """Parse `path`, one JSON object per line; blank lines are skipped, `answer` is coerced with str().
+    """Parse `path`, one JSON object per line; blank lines are skipped, `answer` is coerced with str()."""
+    return [ex for ex, _ in read_located_examples(path)]
+
+
+def read_located_examples(path: str | os.PathLike[str]) -> list[tuple[Example, str]]:
+    """`read_examples`, each example with its place ("<path>, line <n>").
 
     Raises FileNotFoundError naming the path, and ValueError naming the file and 1-based line number for
-    invalid JSON, a non-object line, a missing or null key, a non-string prompt, a prompt repeated with a
-    different answer (a verifier can only hold one gold answer), or a file with no examples.
+    a line that is not UTF-8, invalid JSON, a non-object line, a missing or null key, a non-string prompt, an
+    empty answer, a prompt repeated with a different answer (a verifier can only hold one gold answer), or
+    a file with no examples.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"task file not found: {path!r} (relative to {os.getcwd()!r})")
-    examples: list[Example] = []
+    examples: list[tuple[Example, str]] = []
     first_line: dict[str, tuple[int, str]] = {}  # prompt -> (line number, answer) of its first occurrence
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with open(path, "rb") as f:  # decoded line by line, so that a bad byte is named by its line
+        for lineno, raw in enumerate(f, start=1):
+            where = f"{path}, line {lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"{where}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1})"
+                ) from None
             if not line.strip():
                 continue
-            where = f"{path}, line {lineno}"
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
@@ -40,13 +52,15 @@ def read_examples(path: str | os.PathLike[str]) -> list[Example]:
             prompt, answer = record["prompt"], str(record["answer"])
             if not isinstance(prompt, str):
                 raise ValueError(f"{where}: 'prompt' must be a string, got {type(prompt).__name__}")
+            if not answer.strip():  # an empty completion would be "correct"
+                raise ValueError(f"{where}: 'answer' is empty")
             earlier = first_line.setdefault(prompt, (lineno, answer))
             if earlier[1] != answer:
                 raise ValueError(
                     f"{where}: prompt {prompt!r} already has answer {earlier[1]!r} (line {earlier[0]}), "
                     f"here {answer!r}"
                 )
-            examples.append(Example(prompt=prompt, answer=answer))
+            examples.append((Example(prompt=prompt, answer=answer), where))
     if not examples:
         raise ValueError(f"{path}: no examples (the file is empty or holds only blank lines)")
     return examples
@@ -80,9 +94,12 @@ class JsonlTask(Task):
         self.validation_path = validation_path
         self.num_validation = num_validation
         self.seed = seed
-        examples = read_examples(path)
+        self._located = read_located_examples(path)
+        examples = [ex for ex, _ in self._located]
         if validation_path is not None:
-            self._validation = _unique_by_prompt(read_examples(validation_path))
+            held_out = read_located_examples(validation_path)
+            self._located += held_out
+            self._validation = _unique_by_prompt([ex for ex, _ in held_out])
         else:
             self._validation = self._split(examples)
         held_out = {ex.prompt for ex in self._validation}
@@ -108,6 +125,9 @@ class JsonlTask(Task):
 
     def data_files(self) -> list[str]:
         return [p for p in (self.path, self.validation_path) if p is not None]
+
+    def located_examples(self) -> list[tuple[Example, str]]:
+        return list(self._located)
 
     def sample(self, n: int, rng: random.Random) -> list[Example]:
         if n < 0:
