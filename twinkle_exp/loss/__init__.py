@@ -12,6 +12,7 @@ from twinkle_exp.loss.logprobs import (
     token_entropy,
 )
 from twinkle_exp.loss.params import param
+from twinkle_exp.loss.rollout_correction import ROLLOUT_MODES, rollout_correction
 from twinkle_exp.loss.variants import (
     LOSSES,
     BNPOLoss,
@@ -44,6 +45,7 @@ __all__ = [
     "KL_ESTIMATORS",
     "LOSSES",
     "OBJECTIVES",
+    "ROLLOUT_MODES",
     "BNPOLoss",
     "ClipCovLoss",
     "DAPOLoss",
@@ -73,6 +75,7 @@ __all__ = [
     "metric_keys",
     "param",
     "register_loss",
+    "rollout_correction",
     "selective_log_softmax",
     "shift_hidden_to_labels",
     "shift_logits_to_labels",

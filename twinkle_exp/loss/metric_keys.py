@@ -19,3 +19,11 @@ KL_COV = "kl_cov/penalised_fraction"  # tokens KL-Cov picked and penalised
 VESPO_PHI = "vespo/phi_seq_mean"  # VESPO's sequence weight phi(w), token mean
 TOPR_WEIGHT = "topr/weight_mean"  # TOPR's weight: 1 for A > 0, clip(pi/mu, 0, 1) otherwise
 KIMI_PENALTY = "kimi/penalty_mean"  # Kimi k1.5's (tau/2) log-ratio^2 term per token
+# Rollout correction (loss/rollout_correction.py): the sampler-vs-trainer weights, not the loss.
+ROLLOUT_RATIO_MEAN = "rollout_correction/ratio_mean"  # pi_old / pi_sampler, token mean (or sequence's)
+ROLLOUT_RATIO_MIN = "rollout_correction/ratio_min"
+ROLLOUT_RATIO_MAX = "rollout_correction/ratio_max"
+ROLLOUT_MASKED = "rollout_correction/masked_fraction"  # tokens whose weight is 0
+ROLLOUT = (ROLLOUT_RATIO_MEAN, ROLLOUT_RATIO_MIN, ROLLOUT_RATIO_MAX, ROLLOUT_MASKED)
+
+COMMON = (RATIO_MEAN, RATIO_MIN, RATIO_MAX, CLIP_LOW, CLIP_HIGH, CLIP_REGION, POLICY_LOSS)
