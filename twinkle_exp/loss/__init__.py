@@ -25,20 +25,8 @@ from twinkle_exp.loss.variants import (
     get_loss_class,
     register_loss,
 )
-from twinkle_exp.loss.zoo import (
-    ClipCovLoss,
-    DAPOLoss,
-    DPPOKLLoss,
-    DPPOTVLoss,
-    GMPOLoss,
-    GPGLoss,
-    GSPOTokenLoss,
-    KimiLoss,
-    KLCovLoss,
-    LUSPOLoss,
-    TOPRLoss,
-    VESPOLoss,
-)
+from twinkle_exp.loss.zoo import ClipCovLoss, DAPOLoss, GMPOLoss, GSPOTokenLoss, KLCovLoss, LUSPOLoss
+from twinkle_exp.loss.zoo_reinforce import DPPOKLLoss, DPPOTVLoss, GPGLoss, KimiLoss, TOPRLoss, VESPOLoss
 
 __all__ = [
     "IGNORE_INDEX",
