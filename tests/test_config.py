@@ -76,7 +76,7 @@ def test_discovery_finds_the_groups_of_the_design():
     expected = {"advantage", "debug", "logger", "loss", "optim", "policy", "reward", "rollout", "task"}
     expected |= {"trainer", "warmup"}
     assert expected <= set(GROUPS), sorted(GROUPS)
-    assert GROUPS["loss"] == ["bnpo", "cispo", "drgrpo", "grpo", "gspo", "sapo"]
+    assert {"bnpo", "cispo", "drgrpo", "grpo", "gspo", "sapo"} <= set(GROUPS["loss"])
     assert sorted(LOSSES) == GROUPS["loss"]
 
 

@@ -12,6 +12,7 @@ from twinkle_exp.loss.logprobs import (
     token_entropy,
 )
 from twinkle_exp.loss.params import param
+from twinkle_exp.loss.rollout_correction import ROLLOUT_MODES, rollout_correction
 from twinkle_exp.loss.variants import (
     LOSSES,
     BNPOLoss,
@@ -24,13 +25,28 @@ from twinkle_exp.loss.variants import (
     get_loss_class,
     register_loss,
 )
+from twinkle_exp.loss.zoo import ClipCovLoss, DAPOLoss, GMPOLoss, GSPOTokenLoss, KLCovLoss, LUSPOLoss
+from twinkle_exp.loss.zoo_reinforce import DPPOKLLoss, DPPOTVLoss, GPGLoss, KimiLoss, TOPRLoss, VESPOLoss
 
 __all__ = [
     "IGNORE_INDEX",
     "KL_ESTIMATORS",
     "LOSSES",
     "OBJECTIVES",
+    "ROLLOUT_MODES",
     "BNPOLoss",
+    "ClipCovLoss",
+    "DAPOLoss",
+    "DPPOKLLoss",
+    "DPPOTVLoss",
+    "GMPOLoss",
+    "GPGLoss",
+    "GSPOTokenLoss",
+    "KLCovLoss",
+    "KimiLoss",
+    "LUSPOLoss",
+    "TOPRLoss",
+    "VESPOLoss",
     "CISPOLoss",
     "DRGRPOLoss",
     "GRPOLoss",
@@ -47,6 +63,7 @@ __all__ = [
     "metric_keys",
     "param",
     "register_loss",
+    "rollout_correction",
     "selective_log_softmax",
     "shift_hidden_to_labels",
     "shift_logits_to_labels",

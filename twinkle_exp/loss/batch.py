@@ -21,6 +21,12 @@ class TokenBatch:
     mask: torch.Tensor  # [B, T] bool, completion tokens that have a prediction
     seq_ids: torch.Tensor  # [B, T] long, index of the sequence each token belongs to
     num_seqs: int  # sequences in this (micro-)batch
+    entropies: torch.Tensor | None = (
+        None  # [B, T] entropy of the distribution each label was drawn from; 0 off the mask
+    )
+    weights: torch.Tensor | None = (
+        None  # [B, T] per-token weight on the policy term (rollout correction); 0 off the mask
+    )
 
     @property
     def num_tokens(self) -> int:
@@ -76,6 +82,9 @@ def prepare_batch(
     old_logps: torch.Tensor | None = None,
     ref_logps: torch.Tensor | None = None,
     position_ids: torch.Tensor | None = None,
+    entropies: torch.Tensor | None = None,
+    rollout_weights: torch.Tensor | None = None,
+    entropy_from_logits: bool = False,
 ) -> TokenBatch:
     """Check and align the inputs.
 
@@ -86,6 +95,9 @@ def prepare_batch(
         logps: `[B, T]` precomputed, `logps[:, t]` = log-prob of `labels[:, t]`.
         old_logps, ref_logps: `[B, T]` aligned like `logps`.
         position_ids: `[B, T]`, restarting at 0 at every sequence start (packed input).
+        entropies: `[B, T]` aligned like `logps`, the policy's entropy at each label (with grad for an
+            entropy bonus); computed from `logits` when None and `entropy_from_logits`.
+        rollout_weights: `[B, T]` a per-token weight on the policy term, e.g. `rollout_correction`'s.
     """
     if labels.dim() != 2:
         raise ValueError(f"labels must be [B, T], got shape {_shape(labels)}")
@@ -104,10 +116,14 @@ def prepare_batch(
                 f"labels hold ids outside the vocabulary [0, {logits.shape[-1]}) and are not -100"
             )
         logps = shift_logits_to_labels(logits, labels)
+        if entropies is None and entropy_from_logits:
+            entropies = _entropy_with_grad(logits)
     else:
         _check_like("logps", logps, labels)
     _check_like("old_logps", old_logps, labels)
     _check_like("ref_logps", ref_logps, labels)
+    _check_like("entropies", entropies, labels)
+    _check_like("rollout_weights", rollout_weights, labels)
 
     starts = sequence_starts(labels, position_ids)
     seq_ids = starts.reshape(-1).long().cumsum(0).reshape(labels.shape) - 1  # [B, T] sequence index per token
@@ -137,4 +153,13 @@ def prepare_batch(
         mask=mask,
         seq_ids=seq_ids,
         num_seqs=num_seqs,
+        entropies=None if entropies is None else entropies.to(logps.dtype).masked_fill(~mask, 0.0),
+        weights=None if rollout_weights is None else rollout_weights.to(logps.dtype).masked_fill(~mask, 0.0),
     )
+
+
+def _entropy_with_grad(logits: torch.Tensor) -> torch.Tensor:
+    """`[B, T, V]` -> `[B, T]` entropy aligned with unshifted labels (position 0 gets 0), differentiable."""
+    logp = torch.log_softmax(logits[:, :-1].to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    return torch.nn.functional.pad(entropy, (1, 0), value=0.0)

@@ -1,24 +1,29 @@
-"""The shared policy-gradient pipeline: importance weight -> per-token objective -> KL -> aggregation.
+"""The shared policy-gradient pipeline: importance weight -> per-token objective -> masks -> KL -> aggregation.
 
-The six public losses are presets of `LossSpec`; this module is pure functions of tensors.
+Every public loss is a preset of `LossSpec`; the objectives are the table in `objectives.py`. This module is
+pure functions of tensors.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import NamedTuple
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import torch
 
 from twinkle_exp.loss import metric_keys as K
+from twinkle_exp.loss import seq_ops
 from twinkle_exp.loss.batch import TokenBatch
 from twinkle_exp.loss.kl import kl_penalty
+from twinkle_exp.loss.objectives import OBJECTIVES, Objective
 
-IMPORTANCE_LEVELS = ("token", "sequence")
-AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "constant")
+IMPORTANCE_LEVELS = ("token", "sequence", "sequence_token")
+AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "constant", "seq_sum")
 LOG_RATIO_CLAMP = 20.0
+
+__all__ = ["AGGREGATIONS", "IMPORTANCE_LEVELS", "OBJECTIVES", "LossOutput", "LossSpec", "Objective"]
 
 
 class LossOutput(NamedTuple):
@@ -38,10 +43,19 @@ class LossSpec:
     tau_pos: float = 1.0
     tau_neg: float = 1.0
     max_completion_length: int | None = None
+    # The switches (docs/losses_zoo.md); each default leaves the pipeline as it was.
+    clip_ratio_c: float | None = None  # dual clip: for A < 0 the clipped loss is at most -c A
+    delta: float | None = None  # two-sided cap on the unclipped ratio
+    kl_bias_correction: bool = False  # KL term weighted by the importance ratio (DeepSeek-V3.2, TRL)
+    cispo_floor: bool = False  # CISPO's weight also clipped below at 1 - lo (verl's form)
+    off_policy_mask_threshold: float | None = None  # drop A < 0 sequences whose mean (old - logp) exceeds it
+    top_entropy_quantile: float = 1.0  # train the policy term on the top share of tokens by entropy only
+    entropy_coef: float = 0.0  # loss -= coef * token mean of the entropy over the step
+    options: Mapping[str, Any] = field(default_factory=dict)  # the objective's own parameters
 
-
-def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (values * mask).sum() / mask.sum().clamp(min=1)
+    @property
+    def needs_entropy(self) -> bool:
+        return self.top_entropy_quantile < 1.0 or self.entropy_coef != 0.0
 
 
 def _importance_weight(spec: LossSpec, b: TokenBatch) -> torch.Tensor:
@@ -50,48 +64,11 @@ def _importance_weight(spec: LossSpec, b: TokenBatch) -> torch.Tensor:
     if spec.importance == "token":
         return torch.exp(log_ratio)
     # GSPO: s_i = exp(mean_t d_it), the length-normalised sequence likelihood ratio; grad flows through the mean.
-    seq_sum = torch.zeros(b.num_seqs, dtype=log_ratio.dtype, device=log_ratio.device)
-    seq_sum = seq_sum.index_add(0, b.seq_ids.reshape(-1), log_ratio.reshape(-1))
-    seq_len = torch.zeros_like(seq_sum).index_add(
-        0, b.seq_ids.reshape(-1), b.mask.reshape(-1).to(seq_sum.dtype)
-    )
-    return torch.exp(seq_sum / seq_len.clamp(min=1))[b.seq_ids]
-
-
-def _clip(spec: LossSpec, b: TokenBatch, ratio: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    clipped = ratio.clamp(1.0 - spec.clip_low, 1.0 + spec.clip_high)
-    return -torch.minimum(ratio * b.advantages, clipped * b.advantages), {}
-
-
-def _sapo(spec: LossSpec, b: TokenBatch, ratio: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    tau = torch.where(b.advantages > 0, spec.tau_pos, spec.tau_neg).to(ratio.dtype)
-    gate = torch.sigmoid(tau * (ratio - 1.0))
-    # d/dlogp of (4/tau) sigmoid(tau (r - 1)) is 4 s (1 - s) r: the soft gate on the policy gradient.
-    return -(4.0 / tau) * gate * b.advantages, {K.SAPO_GATE: 4.0 * gate * (1.0 - gate)}
-
-
-def _cispo(spec: LossSpec, b: TokenBatch, ratio: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    # A capped, stop-gradient importance weight on REINFORCE, so clipped tokens still get gradient.
-    cap = 1.0 + spec.clip_high
-    weight = ratio.clamp(max=cap).detach()
-    return -weight * b.advantages * b.logps, {K.CISPO_CLIP: (ratio > cap).to(ratio.dtype)}
-
-
-@dataclass(frozen=True)
-class Objective:
-    """What the pipeline needs to know of a per-token objective."""
-
-    # (spec, batch, ratio [B, T]) -> ([B, T] per-token policy loss, {metric key: [B, T] indicator or weight})
-    per_token: Callable[[LossSpec, TokenBatch, torch.Tensor], tuple[torch.Tensor, dict]]
-    metric_keys: tuple[str, ...]  # the keys of that dict, reported even for an empty batch
-    lower_clip: bool  # whether r < 1 - lo with A < 0 is clipped (counted in clip_ratio/low_mean)
-
-
-OBJECTIVES: dict[str, Objective] = {
-    "clip": Objective(_clip, (), lower_clip=True),
-    "sapo": Objective(_sapo, (K.SAPO_GATE,), lower_clip=True),
-    "cispo": Objective(_cispo, (K.CISPO_CLIP,), lower_clip=False),
-}
+    seq_log_ratio = seq_ops.per_token(seq_ops.seq_mean(log_ratio, b), b)
+    if spec.importance == "sequence":
+        return torch.exp(seq_log_ratio)
+    # GSPO-token: the value of s_i, the gradient of each token's own log-prob (s_i grad logp_t).
+    return torch.exp(seq_log_ratio.detach() + b.logps - b.logps.detach())
 
 
 def _aggregate(spec: LossSpec, b: TokenBatch, per_token: torch.Tensor, num_sequences: int, num_tokens: int):
@@ -99,16 +76,15 @@ def _aggregate(spec: LossSpec, b: TokenBatch, per_token: torch.Tensor, num_seque
     per_token = per_token * b.mask
     if spec.aggregation == "token_mean":
         return per_token.sum() / num_tokens
+    if spec.aggregation == "seq_sum":
+        return per_token.sum() / num_sequences
     if spec.aggregation == "constant":
         if spec.max_completion_length is not None:
             length = spec.max_completion_length
         else:
             length = int(torch.bincount(b.seq_ids[b.mask], minlength=1).max())
         return per_token.sum() / (num_sequences * length)
-    seq_loss = torch.zeros(b.num_seqs, dtype=per_token.dtype, device=per_token.device)
-    seq_loss = seq_loss.index_add(0, b.seq_ids.reshape(-1), per_token.reshape(-1))
-    seq_len = torch.bincount(b.seq_ids[b.mask], minlength=b.num_seqs).to(per_token.dtype)
-    return (seq_loss / seq_len.clamp(min=1)).sum() / num_sequences
+    return seq_ops.seq_mean(per_token, b).sum() / num_sequences
 
 
 def _check_totals(b: TokenBatch, num_sequences: int | None, num_tokens: int | None) -> tuple[int, int]:
@@ -123,12 +99,35 @@ def _check_totals(b: TokenBatch, num_sequences: int | None, num_tokens: int | No
     return seqs, tokens
 
 
+def _metric_keys(spec: LossSpec, b: TokenBatch) -> list[str]:
+    keys = list(K.COMMON) + ([K.KL] if b.ref_logps is not None else [])
+    keys += OBJECTIVES[spec.objective].metric_keys
+    keys += [K.DUAL_CLIP] if spec.clip_ratio_c is not None and spec.objective == "clip" else []
+    keys += [K.OFF_POLICY_MASKED] if spec.off_policy_mask_threshold is not None else []
+    keys += [K.TOP_ENTROPY_KEPT] if spec.top_entropy_quantile < 1.0 else []
+    return keys
+
+
 def _empty_output(b: TokenBatch, spec: LossSpec) -> LossOutput:
     warnings.warn("the batch has no completion tokens; returning a zero loss", RuntimeWarning, stacklevel=3)
     zero = b.logps.sum() * 0.0
-    keys = list(K.COMMON) + ([K.KL] if b.ref_logps is not None else [])
-    keys += OBJECTIVES[spec.objective].metric_keys
-    return LossOutput(zero, {key: zero.detach().clone() for key in keys})
+    if b.entropies is not None:
+        zero = zero + b.entropies.sum() * 0.0
+    return LossOutput(zero, {key: zero.detach().clone() for key in _metric_keys(spec, b)})
+
+
+def _policy_masks(spec: LossSpec, b: TokenBatch) -> dict[str, torch.Tensor]:
+    """The switches that drop tokens from the policy term: `{metric key: [B, T] bool, True = dropped}`."""
+    masks = {}
+    if spec.off_policy_mask_threshold is not None:
+        # DeepSeek-V3.2: a sequence with A < 0 whose mean log(pi_old / pi) exceeds the bound teaches nothing.
+        gap = seq_ops.per_token(seq_ops.seq_mean(b.old_logps - b.logps.detach(), b), b)
+        masks[K.OFF_POLICY_MASKED] = (b.advantages < 0) & (gap > spec.off_policy_mask_threshold) & b.mask
+    if spec.top_entropy_quantile < 1.0:
+        entropy = b.entropies.detach()
+        threshold = torch.quantile(entropy[b.mask].float(), 1.0 - spec.top_entropy_quantile)
+        masks[K.TOP_ENTROPY_KEPT] = (entropy < threshold.to(entropy.dtype)) & b.mask
+    return masks
 
 
 def compute_loss(
@@ -146,36 +145,53 @@ def compute_loss(
         raise ValueError(
             f"beta={spec.beta} > 0 needs ref_logps (reference log-probs); pass them or set beta=0"
         )
+    if spec.needs_entropy and b.entropies is None:
+        raise ValueError(
+            "top_entropy_quantile < 1 or entropy_coef != 0 needs entropies [B, T] (or logits to compute them)"
+        )
     if b.num_tokens == 0:
         return _empty_output(b, spec)
 
     objective = OBJECTIVES[spec.objective]
     ratio = _importance_weight(spec, b)
     policy_per_token, extra = objective.per_token(spec, b, ratio)
+    masks = _policy_masks(spec, b)
+    for dropped in masks.values():
+        policy_per_token = policy_per_token * ~dropped
+    if b.weights is not None:
+        policy_per_token = policy_per_token * b.weights
     per_token = policy_per_token
     metrics: dict[str, torch.Tensor] = {}
     if b.ref_logps is not None:
         kl = kl_penalty(b.logps, b.ref_logps, spec.kl_estimator)
-        metrics[K.KL] = _masked_mean(kl, b.mask)
+        metrics[K.KL] = seq_ops.masked_mean(kl, b.mask)
         if spec.beta > 0:
-            per_token = per_token + spec.beta * kl
+            # The bias correction weighs the estimate by pi / pi_old: it was sampled from pi_old, not pi.
+            per_token = per_token + spec.beta * (kl * ratio if spec.kl_bias_correction else kl)
 
     loss = _aggregate(spec, b, per_token, seqs, tokens)
+    if spec.entropy_coef != 0.0:
+        loss = loss - spec.entropy_coef * (b.entropies * b.mask).sum() / tokens
     mask = b.mask
     adv = b.advantages
     r = ratio.detach()
-    low = (r < 1.0 - spec.clip_low) & (adv < 0) if objective.lower_clip else torch.zeros_like(mask)
-    high = (r > 1.0 + spec.clip_high) & (adv > 0)
+    default_low = (r < 1.0 - spec.clip_low) & (adv < 0) if objective.lower_clip else torch.zeros_like(mask)
+    default_high = (r > 1.0 + spec.clip_high) & (adv > 0) if objective.upper_clip else torch.zeros_like(mask)
+    low = extra.pop(K.CLIP_LOW, default_low)
+    high = extra.pop(K.CLIP_HIGH, default_high)
     metrics.update(
         {
-            K.RATIO_MEAN: _masked_mean(r, mask),
+            K.RATIO_MEAN: seq_ops.masked_mean(r, mask),
             K.RATIO_MIN: r[mask].min(),
             K.RATIO_MAX: r[mask].max(),
-            K.CLIP_LOW: _masked_mean(low, mask),
-            K.CLIP_HIGH: _masked_mean(high, mask),
-            K.CLIP_REGION: _masked_mean(low | high, mask),
+            K.CLIP_LOW: seq_ops.masked_mean(low, mask),
+            K.CLIP_HIGH: seq_ops.masked_mean(high, mask),
+            K.CLIP_REGION: seq_ops.masked_mean(low | high, mask),
             K.POLICY_LOSS: _aggregate(spec, b, policy_per_token, seqs, tokens),
         }
     )
-    metrics.update({key: _masked_mean(value, mask) for key, value in extra.items()})
+    extra.update(masks)
+    if K.TOP_ENTROPY_KEPT in extra:  # reported as the share kept, the mask being the share dropped
+        extra[K.TOP_ENTROPY_KEPT] = ~extra[K.TOP_ENTROPY_KEPT]
+    metrics.update({key: seq_ops.masked_mean(value, mask) for key, value in extra.items()})
     return LossOutput(loss, {key: value.detach().float() for key, value in metrics.items()})

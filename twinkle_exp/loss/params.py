@@ -89,3 +89,29 @@ def one_of(choices: Sequence[str]) -> Check:
         return value
 
     return checked
+
+
+def boolean(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+def greater_than(low: float) -> Check:
+    """A finite number strictly above `low`."""
+
+    def checked(name: str, value: Any) -> float:
+        value = _number(name, value)
+        if value <= low:
+            raise ValueError(f"{name} must be > {low:g}, got {value:g}")
+        return value
+
+    return checked
+
+
+def fraction(name: str, value: Any) -> float:
+    """A number in (0, 1]."""
+    value = _number(name, value)
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"{name} must be in (0, 1], got {value:g}")
+    return value

@@ -22,7 +22,18 @@ import torch
 from twinkle_exp.loss.batch import prepare_batch
 from twinkle_exp.loss.core import LossOutput, LossSpec, compute_loss
 from twinkle_exp.loss.kl import KL_ESTIMATORS
-from twinkle_exp.loss.params import non_negative, one_of, optional, param, positive, positive_int
+from twinkle_exp.loss.params import (
+    boolean,
+    finite,
+    fraction,
+    greater_than,
+    non_negative,
+    one_of,
+    optional,
+    param,
+    positive,
+    positive_int,
+)
 
 LOSSES: dict[str, type[PolicyGradientLoss]] = {}
 
@@ -77,12 +88,22 @@ class PolicyGradientLoss:
     clip_range_high: float | None = param(None, optional(positive))  # None: same as clip_range
     beta: float = param(0.0, non_negative)
     kl_estimator: str = param("k3", one_of(KL_ESTIMATORS))
+    # Switches (docs/losses_zoo.md); the defaults leave every loss as it was.
+    clip_ratio_c: float | None = param(None, optional(greater_than(1.0)))  # dual clip (clipped objective)
+    delta: float | None = param(None, optional(greater_than(1.0)))  # two-sided cap (clipped objective)
+    kl_bias_correction: bool = param(False, boolean)  # KL term weighted by pi / pi_old
+    off_policy_mask_threshold: float | None = param(None, optional(finite))  # DeepSeek-V3.2's sequence mask
+    top_entropy_quantile: float = param(1.0, fraction)  # train on the top share of tokens by entropy
+    entropy_coef: float = param(0.0, finite)  # loss -= coef * mean entropy
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             check = f.metadata.get("check")
             if check is not None:
                 object.__setattr__(self, f.name, check(f.name, getattr(self, f.name)))
+        for switch in ("clip_ratio_c", "delta"):
+            if getattr(self, switch) is not None and self.objective != "clip":
+                raise ValueError(f"{switch} applies to the PPO-clipped objective only, not {self.name}'s")
 
     def _extra_spec(self) -> dict[str, Any]:
         return {}
@@ -97,6 +118,12 @@ class PolicyGradientLoss:
             clip_high=self.clip_range if self.clip_range_high is None else self.clip_range_high,
             beta=self.beta,
             kl_estimator=self.kl_estimator,
+            clip_ratio_c=self.clip_ratio_c,
+            delta=self.delta,
+            kl_bias_correction=self.kl_bias_correction,
+            off_policy_mask_threshold=self.off_policy_mask_threshold,
+            top_entropy_quantile=self.top_entropy_quantile,
+            entropy_coef=self.entropy_coef,
             **self._extra_spec(),
         )
 
@@ -113,11 +140,14 @@ class PolicyGradientLoss:
             **inputs: the batch, as `batch.prepare_batch` takes it: `labels` `[B, T]` (unshifted, -100 on
                 prompt and padding), `advantages` `[num_sequences]` or `[B, T]`, `logits` `[B, T, V]` or
                 `logps` `[B, T]`, optional `old_logps` `[B, T]` (None: on-policy), `ref_logps` `[B, T]`
-                (required when beta > 0) and `position_ids` `[B, T]` (packed rows).
+                (required when beta > 0), `position_ids` `[B, T]` (packed rows), `entropies` `[B, T]`
+                (for `top_entropy_quantile` / `entropy_coef` when only `logps` are given) and
+                `rollout_weights` `[B, T]` (`rollout_correction`'s weights on the policy term).
             num_sequences, num_tokens: the optimizer step's totals when the step is split in micro-batches.
         """
-        batch = prepare_batch(**inputs)
-        return compute_loss(self.spec, batch, num_sequences=num_sequences, num_tokens=num_tokens)
+        spec = self.spec
+        batch = prepare_batch(**inputs, entropy_from_logits=spec.needs_entropy)
+        return compute_loss(spec, batch, num_sequences=num_sequences, num_tokens=num_tokens)
 
 
 @register_loss
@@ -167,6 +197,11 @@ class CISPOLoss(PolicyGradientLoss):
     objective = "cispo"
     aggregation = "token_mean"
 
+    weight_floor: bool = param(False, boolean)  # verl's form: the weight also clipped below at 1 - clip_range
+
+    def _extra_spec(self) -> dict[str, Any]:
+        return {"cispo_floor": self.weight_floor}
+
 
 @register_loss
 class BNPOLoss(PolicyGradientLoss):
@@ -194,7 +229,7 @@ class DRGRPOLoss(PolicyGradientLoss):
 
 
 def get_loss_class(name: str) -> type[PolicyGradientLoss]:
-    """The loss class registered under `name` ("grpo", "gspo", "sapo", "cispo", "bnpo", "drgrpo")."""
+    """The loss class registered under `name` (see `LOSSES`)."""
     try:
         return LOSSES[name]
     except KeyError:
