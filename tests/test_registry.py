@@ -11,7 +11,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from loss_helpers import random_padded_batch
 
-from twinkle_exp.config import option_schemas, register_configs
+from twinkle_exp.config.store import option_schemas, register_configs
 from twinkle_exp.loss import LOSSES, BNPOLoss, PolicyGradientLoss, param, register_loss
 from twinkle_exp.loss.params import optional, positive
 

@@ -12,12 +12,13 @@ import torch
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
-from twinkle_exp.config import WarmupConfig, register_configs
-from twinkle_exp.policy import tiny_policy
+from twinkle_exp.config.checks import config_problems, override_problems
+from twinkle_exp.config.schema import WarmupConfig
+from twinkle_exp.config.store import register_configs
+from twinkle_exp.policy.build import tiny_policy
 from twinkle_exp.tasks import JsonlTask, ReverseTask
-from twinkle_exp.validation import config_problems, override_problems
-from twinkle_exp.warmup import warm_start
-from twinkle_exp.warmup_cache import cache_key
+from twinkle_exp.training.warmup import warm_start
+from twinkle_exp.training.warmup_cache import cache_key
 
 register_configs()
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import torch
 
-from twinkle_exp import distributed
 from twinkle_exp import metric_names as M
-from twinkle_exp.advantages import AdvantageResult
+from twinkle_exp.loss.advantages import AdvantageResult
+from twinkle_exp.parallel import collectives
 
 
 class StageTimer:
@@ -44,7 +44,7 @@ class RolloutRows:
         names = sorted(self.per_fn)
         columns = [self.rewards, *(self.per_fn[n] for n in names), self.lengths, self.truncated]
         local = torch.stack([c.detach().to("cpu", torch.float64) for c in columns], dim=1)  # [N, 3 + fns]
-        everyone = distributed.all_gather_rows(local)  # [ranks * N, 3 + fns]
+        everyone = collectives.all_gather_rows(local)  # [ranks * N, 3 + fns]
         return RolloutRows(
             rewards=everyone[:, 0].to(self.rewards.dtype),
             per_fn={n: everyone[:, 1 + i].to(self.per_fn[n].dtype) for i, n in enumerate(names)},

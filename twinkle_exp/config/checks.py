@@ -22,15 +22,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from twinkle_exp.config import (
-    OPTION_GROUPS,
-    TYPED_GROUPS,
-    Config,
-    RewardConfig,
-    RewardTermConfig,
-    option_schemas,
-    typed_config,
-)
+from twinkle_exp.config.schema import Config, RewardConfig, RewardTermConfig
+from twinkle_exp.config.store import OPTION_GROUPS, TYPED_GROUPS, option_schemas, typed_config
 from twinkle_exp.errors import UserError
 
 # Top-level names an override may start with besides Config's fields: Hydra's own, and the groups that are
