@@ -13,7 +13,8 @@ from twinkle_exp.config.schema import WarmupConfig
 from twinkle_exp.parallel import collectives
 from twinkle_exp.parallel.launcher_env import rank_hydra_overrides
 from twinkle_exp.parallel.ranks import check_launch, spawns_processes
-from twinkle_exp.parallel.sharding import FSDP2Strategy, lightning_strategy, transformer_blocks
+from twinkle_exp.parallel.sharding import transformer_blocks
+from twinkle_exp.parallel.strategy import FSDP2Strategy, lightning_strategy
 from twinkle_exp.policy.build import tiny_policy
 from twinkle_exp.rewards import RewardFunction, RewardSet, partial_credit
 from twinkle_exp.tasks import ReverseTask

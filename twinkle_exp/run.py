@@ -25,7 +25,7 @@ from twinkle_exp.lifecycle import resume, signals
 from twinkle_exp.lifecycle.checkpoints import CheckpointCallback, last_checkpoint, weights_digest
 from twinkle_exp.lifecycle.stopping import end_stopped_run
 from twinkle_exp.parallel.ranks import SameOutputDir, check_launch
-from twinkle_exp.parallel.sharding import lightning_strategy
+from twinkle_exp.parallel.strategy import lightning_strategy
 from twinkle_exp.policy.build import with_task_prompt_format
 from twinkle_exp.report.run_summary import print_warnings, summarize_run
 from twinkle_exp.rewards import build_rewards
