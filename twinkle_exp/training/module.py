@@ -13,6 +13,7 @@ from twinkle_exp import metric_names as M
 from twinkle_exp.config.schema import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
 from twinkle_exp.lifecycle import rng_state, signals
 from twinkle_exp.lifecycle.nonfinite import NonFiniteGuard
+from twinkle_exp.loss import LossFn
 from twinkle_exp.loss.advantages import group_advantages
 from twinkle_exp.models.hf import set_update_mode
 from twinkle_exp.models.lora import is_lora, trainable_parameters, trainable_state_dict
@@ -64,7 +65,7 @@ class PolicyModule(L.LightningModule):
         policy: Policy,
         task: Task,
         rewards: RewardSet,
-        loss_fn: Any,
+        loss_fn: LossFn,
         *,
         rollout: RolloutConfig,
         advantage: AdvantageConfig,
@@ -99,11 +100,13 @@ class PolicyModule(L.LightningModule):
         self.set_loss(loss_fn)
 
     # --- configuration ---------------------------------------------------------------------------------
-    def set_loss(self, loss_fn: Any) -> None:
+    def set_loss(self, loss_fn: LossFn) -> None:
         """Use `loss_fn` (e.g. a `twinkle_exp.loss.SAPOLoss`) for the updates; builds the reference if needed."""
-        if not callable(loss_fn):
-            raise ValueError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
-        if getattr(loss_fn, "beta", 0.0) > 0 and not self._reference:
+        if not isinstance(loss_fn, LossFn):
+            raise ValueError(
+                f"loss_fn must be a LossFn (callable, with a beta), got {type(loss_fn).__name__}"
+            )
+        if loss_fn.beta > 0 and not self._reference:
             if self._started:
                 raise ValueError("cannot switch to a loss with beta > 0 after training started: no reference")
             self._reference.append(Reference.of(self.policy, self._load_reference))

@@ -9,11 +9,11 @@ and tokens (README, "Scaling out").
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
 from twinkle_exp.lifecycle.nonfinite import NonFiniteGuard
+from twinkle_exp.loss import LossFn
 from twinkle_exp.parallel import collectives
 from twinkle_exp.policy.logprobs import sequence_logps
 from twinkle_exp.policy.shared_prefix import SharedPrefix
@@ -23,7 +23,7 @@ from twinkle_exp.training.update_plan import UpdatePlan
 
 def accumulate_gradients(
     policy: torch.nn.Module,
-    loss_fn: Any,
+    loss_fn: LossFn,
     plan: UpdatePlan,
     parts: list[tuple[torch.Tensor, SharedPrefix | None]],
     *,
