@@ -5,7 +5,7 @@ own prompts and completions from its own seeded streams. So the multi-process ru
 the prompts and the rollout it trained on, the averaged gradient of its first optimizer step, the weights
 before and after that step and the prompts its greedy validation decoded.
 
-The recording wraps `PolicyModule` methods and `twinkle_exp.evaluation.generate` from a Hydra callback
+The recording wraps `PolicyModule` methods and `twinkle_exp.training.evaluation.generate` from a Hydra callback
 (`+hydra.callbacks.capture._target_=dp_capture.CaptureCallback`), so it needs no test hook in the code
 and records a run of any commit the same way.
 """
@@ -50,8 +50,8 @@ class Recorder:
         self.data: dict[str, Any] = {"rank": 0, "batches": [], "rollouts": [], "val_prompts": []}
 
     def install(self, patch: Patch) -> None:
-        import twinkle_exp.evaluation as evaluation
-        from twinkle_exp.module import PolicyModule
+        import twinkle_exp.training.evaluation as evaluation
+        from twinkle_exp.training.module import PolicyModule
 
         data = self.data
         step, rollout = PolicyModule.training_step, PolicyModule._rollout

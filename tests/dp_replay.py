@@ -22,7 +22,7 @@ def _pad_right(t: torch.Tensor, width: int, value: float) -> torch.Tensor:
 
 def union_rollout(captures: list[dict[str, Any]]) -> tuple[dict[str, list[str]], Any]:
     """The global batch of the ranks' first rollouts: their prompts and one `RolloutBatch`, rank 0 first."""
-    from twinkle_exp.rollout import RolloutBatch
+    from twinkle_exp.sampling.generate import RolloutBatch
 
     batches = [c["batches"][0] for c in captures]
     rollouts = [c["rollouts"][0] for c in captures]
@@ -45,8 +45,8 @@ def union_rollout(captures: list[dict[str, Any]]) -> tuple[dict[str, list[str]],
 
 def install_replay(patch: Patch, prompts: dict[str, list[str]], rollout: Any) -> None:
     """Make a 1-process run train on `prompts` and `rollout` (from `union_rollout`) instead of sampling."""
-    from twinkle_exp.data import PromptStream
-    from twinkle_exp.module import PolicyModule
+    from twinkle_exp.tasks.prompt_stream import PromptStream
+    from twinkle_exp.training.module import PolicyModule
 
     def replayed(module, batch_prompts):
         assert batch_prompts == prompts["prompts"]

@@ -12,12 +12,12 @@ from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
-from twinkle_exp.data import PromptStream
-from twinkle_exp.module import PolicyModule
-from twinkle_exp.policy import tiny_policy
+from twinkle_exp.config.schema import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
+from twinkle_exp.policy.build import tiny_policy
 from twinkle_exp.rewards import RewardFunction, RewardSet
 from twinkle_exp.tasks import AdditionTask, Task
+from twinkle_exp.tasks.prompt_stream import PromptStream
+from twinkle_exp.training.module import PolicyModule
 
 
 def digit_fraction(prompts: list[str], completions: list[str], answers: list[str]) -> list[float]:

@@ -13,16 +13,16 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from twinkle_exp import preemption
-from twinkle_exp.checkpointing import CheckpointCallback, last_checkpoint
-from twinkle_exp.data import PromptStream
-from twinkle_exp.metrics_file import MetricsCSVLogger, truncate_rows
-from twinkle_exp.module import PolicyModule
+from twinkle_exp.lifecycle import signals
+from twinkle_exp.lifecycle.checkpoints import CheckpointCallback, last_checkpoint
+from twinkle_exp.tasks.prompt_stream import PromptStream
+from twinkle_exp.tracking.metrics_file import MetricsCSVLogger, truncate_rows
+from twinkle_exp.training.module import PolicyModule
 
 
 class _TakeBackSignals(L.Callback):
     def on_train_start(self, trainer, pl_module) -> None:
-        preemption.reinstall()
+        signals.reinstall()
 
 
 def signal_at_loss_call(module: PolicyModule, call: int, signum: int = signal.SIGTERM) -> None:
@@ -65,11 +65,11 @@ def fit_resumable(
         default_root_dir=str(run_dir),
     )
     stream = PromptStream(module.task, module.rollout_cfg.prompts_per_step, seed=module.seed, start=start)
-    preemption.install()
+    signals.install()
     try:
         trainer.fit(module, train_dataloaders=DataLoader(stream, batch_size=None), ckpt_path=ckpt)
     finally:
-        preemption.restore()
+        signals.restore()
     return trainer
 
 

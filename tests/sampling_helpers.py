@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from twinkle_exp.models import CharTokenizer
-from twinkle_exp.rollout import cache_argument_name, returned_cache
+from twinkle_exp.models.kv_cache import cache_argument_name, returned_cache
 
 
 class EosAtPosition(nn.Module):

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from twinkle_exp.advantages import group_advantages
+from twinkle_exp.loss.advantages import group_advantages
 
 
 def test_group_scale_hand_computed():

@@ -6,9 +6,9 @@ import pytest
 import torch
 from hf_helpers import tiny_mistral, tiny_qwen2, with_lora
 
-from twinkle_exp import cascade
 from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model
-from twinkle_exp.rollout import generate
+from twinkle_exp.sampling import cascade
+from twinkle_exp.sampling.generate import generate
 
 transformers = pytest.importorskip("transformers")
 
@@ -166,7 +166,7 @@ def test_bfloat16_attention_is_as_close_as_sdpa_in_bfloat16():
 
 
 def test_by_default_a_cpu_decodes_with_cascade_attention(monkeypatch):
-    from twinkle_exp.config import RolloutConfig
+    from twinkle_exp.config.schema import RolloutConfig
 
     assert RolloutConfig().cascade_attention is None  # the default: decide by device
     steps = []

@@ -17,9 +17,9 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from twinkle_exp.config import register_configs
+from twinkle_exp.config.store import register_configs
 from twinkle_exp.loss import LOSSES, PolicyGradientLoss, SAPOLoss
-from twinkle_exp.policy import Policy
+from twinkle_exp.policy.build import Policy
 from twinkle_exp.rewards import RewardSet, build_rewards
 from twinkle_exp.tasks import Task
 
@@ -254,7 +254,7 @@ def test_bad_override_raises_naming_the_problem(overrides, names):
 
 @pytest.mark.parametrize("override", ["+trainer.bogus=1", "+rollout.bogus=2", "+optim.nope=0.1"])
 def test_added_unknown_key_is_refused_at_start(override):
-    from twinkle_exp.validation import check_config
+    from twinkle_exp.config.checks import check_config
 
     key = override[1:].split("=")[0]
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):

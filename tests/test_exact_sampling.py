@@ -7,7 +7,7 @@ import torch
 from scipy.stats import chisquare
 from test_rollout import PROMPTS, TOK, full_forward_logps, tiny_model
 
-from twinkle_exp.rollout import draw, draw_from_probs, filter_logits, generate
+from twinkle_exp.sampling.generate import draw, draw_from_probs, filter_logits, generate
 
 QWEN_VOCAB = 151_936
 

@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 import twinkle_exp.cli  # noqa: F401  (registers the config schemas, as the app does)
-from twinkle_exp.validation import check_config
+from twinkle_exp.config.checks import check_config
 
 EXPERIMENT_DIR = Path(__file__).resolve().parents[1] / "conf" / "experiment"
 

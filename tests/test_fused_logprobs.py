@@ -206,7 +206,7 @@ def test_the_package_imports_and_runs_without_triton():
     """Triton is optional: with it unimportable the library still imports, and "auto" runs the torch loops."""
     code = (
         "import sys; sys.modules['triton'] = None\n"
-        "import torch, twinkle_exp, twinkle_exp.loss, twinkle_exp.policy\n"
+        "import torch, twinkle_exp, twinkle_exp.loss, twinkle_exp.policy.build\n"
         "from twinkle_exp.loss import hidden_log_probs\n"
         "h, w, y = torch.randn(4, 3), torch.randn(5, 3), torch.tensor([0, 1, 2, 4])\n"
         "print(hidden_log_probs(h, w, y)[0].shape)\n"

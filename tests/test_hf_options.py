@@ -10,7 +10,8 @@ from twinkle_exp.models import CharTokenizer, encode_prompt
 from twinkle_exp.models.chat import ChatTemplateTokenizer, with_chat_template
 from twinkle_exp.models.hf import set_update_mode
 from twinkle_exp.models.lora import LoraSettings
-from twinkle_exp.policy import hf_policy, sequence_logps, with_task_prompt_format
+from twinkle_exp.policy.build import hf_policy, with_task_prompt_format
+from twinkle_exp.policy.logprobs import sequence_logps
 from twinkle_exp.tasks import AdditionTask
 
 # A minimal template in the usual shape: turns in order, then the assistant's header to continue from.

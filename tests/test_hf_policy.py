@@ -13,7 +13,7 @@ from hf_helpers import CHARS, SPECIALS
 
 from twinkle_exp import metric_names as M
 from twinkle_exp.models import HFTokenizerAdapter, encode_prompt
-from twinkle_exp.policy import Policy, hf_policy
+from twinkle_exp.policy.build import Policy, hf_policy
 
 
 def test_saved_dir_holds_a_matching_model_and_tokenizer(tiny_hf_dir):

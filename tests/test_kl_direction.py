@@ -101,14 +101,14 @@ def test_k1_with_a_penalty_warns_at_start_up(overrides, warns, caplog):
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
-    from twinkle_exp.config import register_configs
-    from twinkle_exp.validation import check_config
+    from twinkle_exp.config.checks import check_config
+    from twinkle_exp.config.store import register_configs
 
     register_configs()
     GlobalHydra.instance().clear()
     with initialize_config_module(config_module="twinkle_exp.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
-    with caplog.at_level(logging.WARNING, logger="twinkle_exp.validation"):
+    with caplog.at_level(logging.WARNING, logger="twinkle_exp.config.checks"):
         check_config(cfg)
     assert ("loss.kl_estimator=k1 with loss.beta=" in caplog.text) == warns, caplog.text
     if warns:

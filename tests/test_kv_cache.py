@@ -6,9 +6,9 @@ import pytest
 import torch
 from hf_helpers import small_qwen2
 
-from twinkle_exp import rollout
-from twinkle_exp.kv_cache import preallocate
 from twinkle_exp.models import CharTokenizer, build_tiny_hf_model
+from twinkle_exp.models.kv_cache import preallocate
+from twinkle_exp.sampling import generate
 
 TOK = CharTokenizer()
 PROMPTS = ["1+2=", "hello world", "1+2=", "abc"]
@@ -25,7 +25,7 @@ def llama():
 def sample(model, **kwargs):
     """Sampling through the model's own KV cache (cascade attention would keep its own, `test_cascade.py`)."""
     gen = torch.Generator().manual_seed(0)
-    return rollout.generate(
+    return generate.generate(
         model,
         TOK,
         PROMPTS,
@@ -50,10 +50,10 @@ def test_sampling_is_unchanged_by_the_preallocated_cache(build, shared_prefill, 
         layer_kinds.append({type(layer).__name__ for layer in cache.layers})
         return cache
 
-    monkeypatch.setattr(rollout, "preallocate", spy)
+    monkeypatch.setattr(generate, "preallocate", spy)
     fast = sample(model, shared_prefill=shared_prefill)
     assert layer_kinds == [{"InPlaceLayer"}]
-    monkeypatch.setattr(rollout, "preallocate", lambda cache, capacity: cache)  # torch.cat every token
+    monkeypatch.setattr(generate, "preallocate", lambda cache, capacity: cache)  # torch.cat every token
     slow = sample(model, shared_prefill=shared_prefill)
     assert torch.equal(fast.input_ids, slow.input_ids)
     torch.testing.assert_close(fast.old_logps, slow.old_logps, atol=1e-6, rtol=1e-6)
@@ -64,7 +64,7 @@ def test_layers_append_in_place_and_fall_back_to_cat():
     model = qwen2()
     ids = torch.tensor([[5, 6, 7], [8, 9, 10]])
     out = model(ids, use_cache=True)
-    cache = rollout.returned_cache(out)
+    cache = generate.returned_cache(out)
     before = [layer.keys.clone() for layer in cache.layers]
     cache = preallocate(cache, capacity=5)
     layer = cache.layers[0]
@@ -85,7 +85,7 @@ def test_a_layer_whose_keys_were_replaced_goes_back_to_cat():
     pytest.importorskip("transformers")
     model = qwen2()
     out = model(torch.tensor([[5, 6, 7], [8, 9, 10]]), use_cache=True)
-    cache = preallocate(rollout.returned_cache(out), capacity=16)
+    cache = preallocate(generate.returned_cache(out), capacity=16)
     cache.batch_select_indices(torch.tensor([1, 1, 0]))  # DynamicLayer's own: new tensors, not the buffers
     layer = cache.layers[0]
     selected = layer.keys.clone()

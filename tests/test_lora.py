@@ -12,16 +12,17 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader
 
-from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
-from twinkle_exp.data import PromptStream
+from twinkle_exp.config.schema import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
 from twinkle_exp.loss import GRPOLoss, metric_keys
 from twinkle_exp.models import LoraSettings
 from twinkle_exp.models.lora import fold_adapters, trainable_parameters, trainable_state_dict
-from twinkle_exp.module import PolicyModule
-from twinkle_exp.policy import hf_policy, sequence_logps
-from twinkle_exp.reference import Reference
+from twinkle_exp.policy.build import hf_policy
+from twinkle_exp.policy.logprobs import sequence_logps
+from twinkle_exp.policy.reference import Reference
 from twinkle_exp.rewards import RewardFunction, RewardSet
 from twinkle_exp.tasks import AdditionTask
+from twinkle_exp.tasks.prompt_stream import PromptStream
+from twinkle_exp.training.module import PolicyModule
 
 LORA = LoraSettings(r=4, alpha=8.0)
 

@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 from twinkle_exp import metric_names as M
 from twinkle_exp.loss import LossOutput
 from twinkle_exp.loss import metric_keys as K
-from twinkle_exp.update_metrics import StepMetrics
+from twinkle_exp.training.step_metrics import StepMetrics
 
 WORLD = 2
 

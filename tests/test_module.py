@@ -10,7 +10,7 @@ import torch
 
 from twinkle_exp import metric_names as M
 from twinkle_exp.loss import GRPOLoss, SAPOLoss
-from twinkle_exp.module import PolicyModule
+from twinkle_exp.training.module import PolicyModule
 
 MU, NUM_MINIBATCHES = 2, 2
 
@@ -138,7 +138,7 @@ def test_micro_batching_gives_the_same_update(tmp_path):
 
 def test_each_rollout_reads_its_prompts_on_the_host_once(tmp_path, monkeypatch):
     """The reference, old-policy and update passes share one PrefixIndex per rollout (a host sync on a GPU)."""
-    from twinkle_exp import shared_prefix
+    from twinkle_exp.policy import shared_prefix
 
     built = []
     original = shared_prefix.PrefixIndex.__init__

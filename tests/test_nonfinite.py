@@ -12,9 +12,9 @@ import torch
 from resume_helpers import csv_rows, fit_resumable, weights
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.checkpointing import last_checkpoint
+from twinkle_exp.lifecycle.checkpoints import last_checkpoint
+from twinkle_exp.lifecycle.nonfinite import QUANTITIES, NonFiniteGuard
 from twinkle_exp.loss import GRPOLoss, LossOutput
-from twinkle_exp.nonfinite import QUANTITIES, NonFiniteGuard
 from twinkle_exp.rewards import RewardFunction, RewardSet
 
 NAN = float("nan")

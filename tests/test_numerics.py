@@ -18,11 +18,11 @@ from twinkle_exp import metric_names as M
 from twinkle_exp.loss import LOSSES
 from twinkle_exp.loss import metric_keys as K
 from twinkle_exp.models import CharTokenizer
-from twinkle_exp.policy import Policy
+from twinkle_exp.policy.build import Policy
 from twinkle_exp.rewards import RewardFunction, RewardSet, exact_match
-from twinkle_exp.rollout import generate
+from twinkle_exp.sampling.generate import generate
 from twinkle_exp.tasks import ReverseTask
-from twinkle_exp.warmup import supervised_train
+from twinkle_exp.training.warmup import supervised_train
 
 ON_POLICY = {"mu": 1, "num_minibatches": 1}
 CLIP_KEYS = [M.TRAIN + k for k in (K.CLIP_LOW, K.CLIP_HIGH, K.CLIP_REGION)]

@@ -14,15 +14,15 @@ from hf_helpers import char_level_hf_tokenizer
 from module_helpers import digit_fraction, fit, update_rows
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
+from twinkle_exp.config.schema import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
 from twinkle_exp.loss import LOSSES
 from twinkle_exp.models import build_tiny_qwen2
 from twinkle_exp.models.hf import HFTokenizerAdapter, enable_gradient_checkpointing
-from twinkle_exp.module import PolicyModule
-from twinkle_exp.old_logps import recompute_reasons, should_recompute
-from twinkle_exp.policy import Policy, tiny_policy
+from twinkle_exp.policy.build import Policy, tiny_policy
 from twinkle_exp.rewards import RewardFunction, RewardSet
 from twinkle_exp.tasks import AdditionTask
+from twinkle_exp.training.module import PolicyModule
+from twinkle_exp.training.old_logps import recompute_reasons, should_recompute
 
 ON_POLICY = {"mu": 1, "num_minibatches": 1}
 
@@ -149,7 +149,7 @@ def test_checkpointing_bf16_weights_and_micro_batches_are_on_policy(tmp_path):
 
 def test_the_sampler_mode_warns_and_is_not_on_policy(tmp_path, caplog):
     # What the recompute replaces, so the tests above cannot pass by accident.
-    with caplog.at_level(logging.WARNING, logger="twinkle_exp.module"):
+    with caplog.at_level(logging.WARNING, logger="twinkle_exp.training.module"):
         row = first_step(tmp_path, qwen2(torch.bfloat16), old_logps="sampler")
     assert ratio_gap(row) > 1e-4, row
     assert "optim.old_logps=sampler with bfloat16 parameters" in caplog.text

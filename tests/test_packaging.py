@@ -63,3 +63,13 @@ def test_wheel_ships_conf_and_runs_outside_the_repo(tmp_path, cli_env):
     assert proc.returncode == 0, proc.stderr[-3000:]
     (status,) = work.glob("outputs/*/*/run.json")
     assert json.loads(status.read_text())["status"] == "finished"
+
+
+def test_pyproject_lists_every_package():
+    """pyproject.toml names its packages (the conf tree maps from another folder, which `find` cannot do):
+    a new package left out of the list would be missing from the wheel."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "twinkle_exp").rglob("__init__.py")}
+    assert found | {"twinkle_exp.conf"} == listed

@@ -9,18 +9,19 @@ import lightning as L
 import pytest
 import torch
 
-from twinkle_exp import distributed
-from twinkle_exp.config import WarmupConfig
-from twinkle_exp.data import PromptStream, prompts_per_rank
-from twinkle_exp.evaluation import greedy_totals, validation_metrics
-from twinkle_exp.launcher_env import rank_hydra_overrides
-from twinkle_exp.policy import tiny_policy
-from twinkle_exp.ranks import check_launch, spawns_processes
+from twinkle_exp.config.schema import WarmupConfig
+from twinkle_exp.parallel import collectives
+from twinkle_exp.parallel.launcher_env import rank_hydra_overrides
+from twinkle_exp.parallel.ranks import check_launch, spawns_processes
+from twinkle_exp.parallel.sharding import transformer_blocks
+from twinkle_exp.parallel.strategy import FSDP2Strategy, lightning_strategy
+from twinkle_exp.policy.build import tiny_policy
 from twinkle_exp.rewards import RewardFunction, RewardSet, partial_credit
-from twinkle_exp.sharding import FSDP2Strategy, lightning_strategy, transformer_blocks
 from twinkle_exp.tasks import ReverseTask
-from twinkle_exp.tracking import JobInfo, RunStatus
-from twinkle_exp.warmup import warm_start
+from twinkle_exp.tasks.prompt_stream import PromptStream, prompts_per_rank
+from twinkle_exp.tracking.run_json import JobInfo, RunStatus
+from twinkle_exp.training.evaluation import greedy_totals, validation_metrics
+from twinkle_exp.training.warmup import warm_start
 
 
 def _first_batch(rank: int, seed: int = 0) -> list[str]:
@@ -87,7 +88,7 @@ def test_only_rank_zero_writes_run_json(tmp_path):
 
 
 def test_other_ranks_wait_for_the_warm_start_cache(tmp_path, monkeypatch):
-    import twinkle_exp.warmup as warmup
+    import twinkle_exp.training.warmup as warmup
 
     cfg = dataclasses.replace(WarmupConfig(), steps=1, batch_size=4, cache_dir=str(tmp_path))
     torch.manual_seed(0)
@@ -107,12 +108,12 @@ def test_other_ranks_wait_for_the_warm_start_cache(tmp_path, monkeypatch):
 
 def test_collectives_are_identities_in_one_process():
     x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
-    assert torch.equal(distributed.all_reduce(x, "min"), x)
-    assert torch.equal(distributed.all_gather_rows(x), x)
-    assert distributed.all_gather_object("a") == ["a"]
-    assert distributed.step_totals(3, 17, torch.device("cpu")) == (3, 17)
-    assert distributed.shard([1, 2, 3]) == [1, 2, 3]
-    assert (distributed.world_size(), distributed.rank()) == (1, 0)
+    assert torch.equal(collectives.all_reduce(x, "min"), x)
+    assert torch.equal(collectives.all_gather_rows(x), x)
+    assert collectives.all_gather_object("a") == ["a"]
+    assert collectives.step_totals(3, 17, torch.device("cpu")) == (3, 17)
+    assert collectives.shard([1, 2, 3]) == [1, 2, 3]
+    assert (collectives.world_size(), collectives.rank()) == (1, 0)
 
 
 def test_validation_shares_add_up_to_the_whole_set():
@@ -124,7 +125,7 @@ def test_validation_shares_add_up_to_the_whole_set():
     rewards = RewardSet([RewardFunction("partial", partial_credit)], truncated_max=None)  # random: no EOS
     kwargs = {"max_new_tokens": 6, "batch_size": 4}
     whole = greedy_totals(policy.model, policy.tokenizer, examples, rewards, **kwargs)
-    shares = [examples[r::2] for r in range(2)]  # distributed.shard's split for 2 ranks
+    shares = [examples[r::2] for r in range(2)]  # collectives.shard's split for 2 ranks
     assert sorted(e.prompt for s in shares for e in s) == sorted(e.prompt for e in examples)
     summed = sum(greedy_totals(policy.model, policy.tokenizer, s, rewards, **kwargs) for s in shares)
     assert summed[2] == len(examples) and summed[1] > 0

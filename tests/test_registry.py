@@ -11,8 +11,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from loss_helpers import random_padded_batch
 
-from twinkle_exp.config import option_schemas, register_configs
-from twinkle_exp.loss import LOSSES, BNPOLoss, PolicyGradientLoss, param, register_loss
+from twinkle_exp.config.store import option_schemas, register_configs
+from twinkle_exp.loss import LOSSES, BNPOLoss, LossFn, PolicyGradientLoss, param, register_loss
 from twinkle_exp.loss.params import optional, positive
 
 
@@ -78,3 +78,12 @@ def test_a_loss_without_a_name_or_with_a_taken_name_is_refused():
         @register_loss
         class Again(PolicyGradientLoss):
             name = "grpo"
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_every_registered_loss_is_a_loss_fn(name):
+    assert isinstance(LOSSES[name](), LossFn)
+
+
+def test_a_callable_without_beta_is_not_a_loss_fn():
+    assert not isinstance(lambda **kw: None, LossFn)

@@ -11,11 +11,11 @@ import torch
 from resume_helpers import csv_rows, fit_resumable, signal_at_loss_call, weights
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.checkpointing import last_checkpoint
-from twinkle_exp.data import PromptStream
+from twinkle_exp.lifecycle.checkpoints import last_checkpoint
 from twinkle_exp.loss import GRPOLoss
 from twinkle_exp.tasks import AdditionTask
-from twinkle_exp.update_plan import UpdatePlan, shuffled_steps
+from twinkle_exp.tasks.prompt_stream import PromptStream
+from twinkle_exp.training.update_plan import UpdatePlan, shuffled_steps
 
 STEPS = 16  # 4 rollouts of mu=2 x num_minibatches=2 optimizer steps
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from twinkle_exp import preemption, resume
-from twinkle_exp.checkpointing import FORMAT, RUN_KEY, last_checkpoint, weights_digest
-from twinkle_exp.metrics_file import MetricsCSVLogger, truncate_rows
-from twinkle_exp.nonfinite import NonFiniteError
-from twinkle_exp.stopping import end_stopped_run, resume_command
-from twinkle_exp.tracking import JobInfo, RunStatus
+from twinkle_exp.lifecycle import resume, signals
+from twinkle_exp.lifecycle.checkpoints import FORMAT, RUN_KEY, last_checkpoint, weights_digest
+from twinkle_exp.lifecycle.nonfinite import NonFiniteError
+from twinkle_exp.lifecycle.stopping import end_stopped_run, resume_command
+from twinkle_exp.tracking.metrics_file import MetricsCSVLogger, truncate_rows
+from twinkle_exp.tracking.run_json import JobInfo, RunStatus
 
 CONFIG = {"loss": {"_target_": "GRPOLoss", "beta": 0.01}, "task": {"n": 1}, "policy": {"d": 32}, "seed": 0}
 CONFIG |= {"trainer": {"max_steps": 8}, "resume": "auto"}
@@ -188,7 +188,7 @@ def test_slurms_warning_signal_requeues_the_job(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "70")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
-    assert not preemption.requeue_on_slurm(signal.SIGTERM, is_slurm=True)  # not the warning signal
-    assert not preemption.requeue_on_slurm(signal.SIGUSR1, is_slurm=False)  # not under SLURM
-    assert preemption.requeue_on_slurm(signal.SIGUSR1, is_slurm=True)
+    assert not signals.requeue_on_slurm(signal.SIGTERM, is_slurm=True)  # not the warning signal
+    assert not signals.requeue_on_slurm(signal.SIGUSR1, is_slurm=False)  # not under SLURM
+    assert signals.requeue_on_slurm(signal.SIGUSR1, is_slurm=True)
     assert calls.read_text() == "requeue 70_3\n"

@@ -6,7 +6,7 @@ from sampling_helpers import EosAtPosition
 from torch import nn
 
 from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model, encode_prompt
-from twinkle_exp.rollout import draw, filter_logits, generate
+from twinkle_exp.sampling.generate import draw, filter_logits, generate
 
 TOK = CharTokenizer()
 PROMPTS = ["1+2=", "hello world", "", "abc"]

@@ -8,10 +8,10 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.advantages import group_advantages
-from twinkle_exp.config import register_configs
-from twinkle_exp.rollout_metrics import RolloutRows, rollout_metrics
-from twinkle_exp.validation import check_config
+from twinkle_exp.config.checks import check_config
+from twinkle_exp.config.store import register_configs
+from twinkle_exp.loss.advantages import group_advantages
+from twinkle_exp.training.rollout_metrics import RolloutRows, rollout_metrics
 
 register_configs()
 
@@ -26,14 +26,14 @@ def hydra_conf():
 
 @pytest.mark.parametrize("override", ["rollout.top_k=20", "rollout.top_p=0.9"])
 def test_a_filter_warns_at_start_up(override, caplog):
-    with caplog.at_level(logging.WARNING, logger="twinkle_exp.validation"):
+    with caplog.at_level(logging.WARNING, logger="twinkle_exp.config.checks"):
         check_config(compose(config_name="config", overrides=[override]))
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and override in lines[0] and M.SAMPLER_FILTERED_MASS in lines[0]
 
 
 def test_no_filter_no_warning(caplog):
-    with caplog.at_level(logging.WARNING, logger="twinkle_exp.validation"):
+    with caplog.at_level(logging.WARNING, logger="twinkle_exp.config.checks"):
         check_config(compose(config_name="config", overrides=["rollout.top_k=0", "rollout.top_p=1.0"]))
     assert not caplog.records
 

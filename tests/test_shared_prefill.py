@@ -6,10 +6,10 @@ import pytest
 import torch
 from hf_helpers import small_qwen2
 
-from twinkle_exp.kv_cache import distinct_rows, select_cache_rows
 from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model
-from twinkle_exp.policy import sequence_logps
-from twinkle_exp.rollout import generate
+from twinkle_exp.models.kv_cache import distinct_rows, select_cache_rows
+from twinkle_exp.policy.logprobs import sequence_logps
+from twinkle_exp.sampling.generate import generate
 
 TOK = CharTokenizer()
 # a repeated prompt, different lengths, one empty (BOS only)

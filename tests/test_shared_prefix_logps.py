@@ -7,11 +7,11 @@ import torch
 from hf_helpers import tiny_mistral, tiny_qwen2, with_lora
 from sampling_helpers import EosAtPosition
 
-from twinkle_exp import shared_prefix
 from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model
-from twinkle_exp.policy import sequence_logps
-from twinkle_exp.rollout import generate
-from twinkle_exp.shared_prefix import PrefixIndex, can_share, should_share
+from twinkle_exp.policy import shared_prefix
+from twinkle_exp.policy.logprobs import sequence_logps
+from twinkle_exp.policy.shared_prefix import PrefixIndex, can_share, should_share
+from twinkle_exp.sampling.generate import generate
 
 TEMPERATURE = 1.3
 TOKENIZER = CharTokenizer()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -12,12 +14,13 @@ import torch
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
-from twinkle_exp.config import WarmupConfig, register_configs
-from twinkle_exp.policy import tiny_policy
+from twinkle_exp.config.checks import config_problems, override_problems
+from twinkle_exp.config.schema import WarmupConfig
+from twinkle_exp.config.store import register_configs
+from twinkle_exp.policy.build import tiny_policy
 from twinkle_exp.tasks import JsonlTask, ReverseTask
-from twinkle_exp.validation import config_problems, override_problems
-from twinkle_exp.warmup import warm_start
-from twinkle_exp.warmup_cache import cache_key
+from twinkle_exp.training.warmup import warm_start
+from twinkle_exp.training.warmup_cache import cache_key
 
 register_configs()
 
@@ -151,6 +154,31 @@ def test_the_cli_catches_a_typo_d_group(run_cli):
 
 # --- custom rewards, from the command line and from a yaml file ------------------------------------------
 SHOUT = "def shout(prompts, completions, answers):\n    return [float(c.isupper()) for c in completions]\n"
+
+
+# What a refusal must not import: the trainer's stack loads only once the config is known to be good.
+HEAVY_MODULES = ("lightning", "transformers", "torch.distributed.fsdp", "wandb", "peft", "datasets")
+
+
+@pytest.mark.slow
+def test_a_refused_setting_imports_neither_lightning_nor_transformers(tmp_path, cli_env):
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "twinkle_exp", "optim.lr=-1"],
+        cwd=tmp_path,
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "optim.lr" in proc.stderr
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "twinkle_exp.config.checks" in imported  # the check ran in this process
+    assert not imported & set(HEAVY_MODULES), sorted(imported & set(HEAVY_MODULES))
 
 
 def _reward_logged(run_dir) -> bool:

@@ -22,8 +22,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 import twinkle_exp.cli  # noqa: F401  (registers the config schemas, as the app does)
+from twinkle_exp.config.checks import check_config
 from twinkle_exp.loss import LOSSES
-from twinkle_exp.validation import check_config
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP_DIR = REPO / "conf" / "sweep"

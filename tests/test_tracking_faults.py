@@ -8,10 +8,11 @@ import logging
 import pytest
 from omegaconf import OmegaConf
 
-from twinkle_exp.config import LoggerConfig
-from twinkle_exp.metrics_file import MetricsCSVLogger
-from twinkle_exp.safe_wandb import SafeWandbLogger
-from twinkle_exp.tracking import JobInfo, build_loggers, log_metrics, log_samples
+from twinkle_exp.config.schema import LoggerConfig
+from twinkle_exp.tracking.loggers import build_loggers, log_metrics, log_samples
+from twinkle_exp.tracking.metrics_file import MetricsCSVLogger
+from twinkle_exp.tracking.run_json import JobInfo
+from twinkle_exp.tracking.safe_wandb import SafeWandbLogger
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from twinkle_exp import preemption
-from twinkle_exp.config import register_configs
+from twinkle_exp.config.checks import check_config, override_problems
+from twinkle_exp.config.store import register_configs
 from twinkle_exp.errors import UserError
-from twinkle_exp.launcher_env import rank_hydra_overrides
-from twinkle_exp.validation import check_config, override_problems
+from twinkle_exp.lifecycle import signals
+from twinkle_exp.parallel.launcher_env import rank_hydra_overrides
 
 register_configs()
 USAGE_ERROR = 2
@@ -48,7 +48,7 @@ def _main(cfg: DictConfig) -> float:
         flush=True,
     )
     # Before the slow imports: a signal from here on stops the run cleanly, with run.json saying so.
-    preemption.install()
+    signals.install()
     try:
         from twinkle_exp.run import train  # heavy imports (Lightning) after the config is known to be good
 
@@ -60,7 +60,7 @@ def _main(cfg: DictConfig) -> float:
         print(f"twinkle_exp: {exc}", file=sys.stderr)
         sys.exit(USAGE_ERROR)
     finally:
-        preemption.restore()  # whatever happened: the next job of a sweep, or the shell, gets them back
+        signals.restore()  # whatever happened: the next job of a sweep, or the shell, gets them back
 
 
 def main() -> None:

@@ -19,24 +19,25 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
 from twinkle_exp import metric_names as M
-from twinkle_exp import preemption, resume
-from twinkle_exp.checkpointing import CheckpointCallback, last_checkpoint, weights_digest
-from twinkle_exp.config import Config, TrainerConfig
-from twinkle_exp.data import PromptStream, prompts_per_rank
-from twinkle_exp.metrics_file import truncate_rows
-from twinkle_exp.module import PolicyModule
-from twinkle_exp.policy import with_task_prompt_format
-from twinkle_exp.progress import RolloutProgressBar
-from twinkle_exp.ranks import SameOutputDir, check_launch
+from twinkle_exp.config.checks import check_config
+from twinkle_exp.config.schema import Config, TrainerConfig
+from twinkle_exp.lifecycle import resume, signals
+from twinkle_exp.lifecycle.checkpoints import CheckpointCallback, last_checkpoint, weights_digest
+from twinkle_exp.lifecycle.stopping import end_stopped_run
+from twinkle_exp.parallel.ranks import SameOutputDir, check_launch
+from twinkle_exp.parallel.strategy import lightning_strategy
+from twinkle_exp.policy.build import with_task_prompt_format
 from twinkle_exp.report.run_summary import print_warnings, summarize_run
 from twinkle_exp.rewards import build_rewards
-from twinkle_exp.sharding import lightning_strategy
-from twinkle_exp.stopping import end_stopped_run
-from twinkle_exp.summary import print_summary
-from twinkle_exp.tracking import JobInfo, RunStatus, build_loggers, read_run_json, run_wandb_id
-from twinkle_exp.validation import check_config
-from twinkle_exp.warmup import warm_start
-from twinkle_exp.warmup_cache import cache_key
+from twinkle_exp.tasks.prompt_stream import PromptStream, prompts_per_rank
+from twinkle_exp.tracking.end_summary import print_summary
+from twinkle_exp.tracking.loggers import build_loggers
+from twinkle_exp.tracking.metrics_file import truncate_rows
+from twinkle_exp.tracking.progress import RolloutProgressBar
+from twinkle_exp.tracking.run_json import JobInfo, RunStatus, read_run_json, run_wandb_id
+from twinkle_exp.training.module import PolicyModule
+from twinkle_exp.training.warmup import warm_start
+from twinkle_exp.training.warmup_cache import cache_key
 
 log = logging.getLogger(__name__)
 # The CSV logger writes metrics.csv beside run.json and Hydra's files; it only ever replaces metrics.csv.
@@ -96,7 +97,7 @@ class _TakeBackSignals(L.Callback):
     """Lightning installs its own SIGTERM handler when training starts (it would exit 0 mid-rollout)."""
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        preemption.reinstall()
+        signals.reinstall()
 
 
 def _finished_before(job: JobInfo, start: resume.Start, max_steps: int) -> dict[str, Any] | None:
@@ -171,8 +172,8 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
         status = RunStatus(
             job, typed.seed, resumed_from, start.step, write=trainer.is_global_zero, wandb_id=wandb_id
         )
-        if preemption.received() is not None:  # during the imports: nothing to lose, say so and go
-            end_stopped_run(status, job, preemption.received(), start.step, start.checkpoint, is_slurm)
+        if signals.received() is not None:  # during the imports: nothing to lose, say so and go
+            end_stopped_run(status, job, signals.received(), start.step, start.checkpoint, is_slurm)
         module, warm = build_module(typed, rank=trainer.global_rank)
         reference_digest = weights_digest(module.reference)
         resume.check_reference(start, reference_digest)
@@ -187,7 +188,7 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
         )
         # A SIGTERM before on_train_start takes the handler back from Lightning makes Lightning raise an
         # exception that would exit 0; the signal our handler recorded is dealt with below instead.
-        if preemption.received() is None:  # else: a signal during the warm-start, stop before training
+        if signals.received() is None:  # else: a signal during the warm-start, stop before training
             with contextlib.suppress(SIGTERMException):
                 trainer.fit(
                     module,
@@ -204,8 +205,8 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
             end_stopped_run(
                 status, job, module.stop_signal, trainer.global_step, checkpoint, is_slurm, module.stop_reason
             )
-        if trainer.global_step < t.max_steps and preemption.received() is not None:  # before training
-            end_stopped_run(status, job, preemption.received(), trainer.global_step, checkpoint, is_slurm)
+        if trainer.global_step < t.max_steps and signals.received() is not None:  # before training
+            end_stopped_run(status, job, signals.received(), trainer.global_step, checkpoint, is_slurm)
         # The last training step validated already; with max_steps=0 this is also the first validation.
         validated = module.last_val_step == trainer.global_step and trainer.global_step > 0
         final = module.last_val if validated else module.log_validation()
@@ -248,7 +249,7 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
             status.finish(ended, error=f"{type(exc).__name__}: {exc}")
         raise
     finally:
-        preemption.restore()
+        signals.restore()
         if any(isinstance(logger, WandbLogger) for logger in loggers):
             import wandb
 

@@ -60,8 +60,8 @@ def measure(case: str, args: argparse.Namespace) -> dict:
     from twinkle_exp.loss import GRPOLoss
     from twinkle_exp.models import LoraSettings, enable_gradient_checkpointing
     from twinkle_exp.models.lora import apply_lora, trainable_parameters
-    from twinkle_exp.policy import sequence_logps
-    from twinkle_exp.reference import Reference
+    from twinkle_exp.policy.logprobs import sequence_logps
+    from twinkle_exp.policy.reference import Reference
 
     baseline = _rss_mib()  # imports done, nothing built
     lora, checkpointing = CASES[case]

@@ -29,7 +29,7 @@ import torch
 
 from twinkle_exp.benchmarks.harness import load_average, measure_in_child, median, print_child_result
 from twinkle_exp.models import CharTokenizer, encode_prompt
-from twinkle_exp.rollout import generate, left_pad
+from twinkle_exp.sampling.generate import generate, left_pad
 
 METHODS = ("cascade", "shared", "per_row", "hf_generate")
 

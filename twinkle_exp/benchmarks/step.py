@@ -30,7 +30,7 @@ WARMUP_ROLLOUTS = 2
 
 def _policy(case: str):
     from twinkle_exp.models import CharTokenizer, build_tiny_qwen2
-    from twinkle_exp.policy import Policy, tiny_policy
+    from twinkle_exp.policy.build import Policy, tiny_policy
 
     if case == "tiny":
         return tiny_policy()
@@ -57,12 +57,12 @@ def _worker(case: str, rollouts: int, out_dir: str) -> None:
     from lightning.pytorch.loggers import CSVLogger
     from torch.utils.data import DataLoader
 
-    from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
-    from twinkle_exp.data import PromptStream
+    from twinkle_exp.config.schema import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
     from twinkle_exp.loss import GRPOLoss
-    from twinkle_exp.module import PolicyModule
     from twinkle_exp.rewards import RewardFunction, RewardSet, exact_match
     from twinkle_exp.tasks import AdditionTask
+    from twinkle_exp.tasks.prompt_stream import PromptStream
+    from twinkle_exp.training.module import PolicyModule
 
     torch.manual_seed(0)
     policy = _policy(case)

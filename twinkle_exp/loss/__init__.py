@@ -12,6 +12,7 @@ from twinkle_exp.loss.logprobs import (
     token_entropy,
 )
 from twinkle_exp.loss.params import param
+from twinkle_exp.loss.protocol import LossFn
 from twinkle_exp.loss.rollout_correction import ROLLOUT_MODES, rollout_correction
 from twinkle_exp.loss.variants import (
     LOSSES,
@@ -51,6 +52,7 @@ __all__ = [
     "DRGRPOLoss",
     "GRPOLoss",
     "GSPOLoss",
+    "LossFn",
     "LossOutput",
     "LossSpec",
     "PolicyGradientLoss",

@@ -3,9 +3,9 @@
     tau: float = param(1.0, positive)
 
 `PolicyGradientLoss.__post_init__` runs every field's check, so a loss's parameters, their defaults and their
-checks live in the class alone; the Hydra schema is derived from the same fields (`twinkle_exp.config`).
+checks live in the class alone; the Hydra schema is derived from the same fields (`twinkle_exp.config.schema`).
 The experiment's config groups use the same checks, run at start-up over the composed config
-(`twinkle_exp.validation`).
+(`twinkle_exp.config.checks`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from twinkle_exp.tracking import read_run_json
+from twinkle_exp.tracking.run_json import read_run_json
 
 from .runs import RUN_FILE, Run
 

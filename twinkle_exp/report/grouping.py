@@ -12,7 +12,7 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from twinkle_exp.tracking import override_key
+from twinkle_exp.tracking.run_json import override_key
 
 from .runs import Run
 

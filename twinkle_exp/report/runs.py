@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.tracking import override_key
+from twinkle_exp.tracking.run_json import override_key
 
 from .metrics_csv import Series, read_metrics
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from twinkle_exp.config import RewardConfig
+from twinkle_exp.config.schema import RewardConfig
 from twinkle_exp.errors import UserError
 
 RewardFn = Callable[[list[str], list[str], list[str]], list[float]]

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from twinkle_exp.advantages import AdvantageResult
-from twinkle_exp.rollout import RolloutBatch
-from twinkle_exp.shared_prefix import PrefixIndex
+from twinkle_exp.loss.advantages import AdvantageResult
+from twinkle_exp.policy.shared_prefix import PrefixIndex
+from twinkle_exp.sampling.generate import RolloutBatch
 
 
 @dataclass

@@ -9,21 +9,21 @@ and tokens (README, "Scaling out").
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
-from twinkle_exp import distributed
-from twinkle_exp.nonfinite import NonFiniteGuard
-from twinkle_exp.policy import sequence_logps
-from twinkle_exp.shared_prefix import SharedPrefix
-from twinkle_exp.update_metrics import StepMetrics
-from twinkle_exp.update_plan import UpdatePlan
+from twinkle_exp.lifecycle.nonfinite import NonFiniteGuard
+from twinkle_exp.loss import LossFn
+from twinkle_exp.parallel import collectives
+from twinkle_exp.policy.logprobs import sequence_logps
+from twinkle_exp.policy.shared_prefix import SharedPrefix
+from twinkle_exp.training.step_metrics import StepMetrics
+from twinkle_exp.training.update_plan import UpdatePlan
 
 
 def accumulate_gradients(
     policy: torch.nn.Module,
-    loss_fn: Any,
+    loss_fn: LossFn,
     plan: UpdatePlan,
     parts: list[tuple[torch.Tensor, SharedPrefix | None]],
     *,
@@ -43,11 +43,11 @@ def accumulate_gradients(
     device = parts[0][0].device
     mask = b.completion_mask
     rows = torch.cat([part for part, _ in parts])
-    seqs, tokens = distributed.step_totals(len(rows), int(mask[rows].sum()), device)
+    seqs, tokens = collectives.step_totals(len(rows), int(mask[rows].sum()), device)
     totals = {"num_sequences": seqs, "num_tokens": tokens}
-    ranks = distributed.world_size()
+    ranks = collectives.world_size()
     # The plan holds the global batch's advantages: this rank trains on its own rows' share.
-    advantages = plan.adv.advantages.tensor_split(ranks)[distributed.rank()].to(device)
+    advantages = plan.adv.advantages.tensor_split(ranks)[collectives.rank()].to(device)
     stats = StepMetrics()
     for part, prefix in parts:
         logps, entropy = sequence_logps(

@@ -17,11 +17,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from twinkle_exp import cascade
-from twinkle_exp.kv_cache import distinct_rows, preallocate, select_cache_rows
 from twinkle_exp.loss import IGNORE_INDEX, completion_mask
 from twinkle_exp.models.backbone import unwrap_peft
+from twinkle_exp.models.kv_cache import (
+    cache_argument_name,
+    distinct_rows,
+    preallocate,
+    returned_cache,
+    select_cache_rows,
+)
 from twinkle_exp.models.tokenizer import Tokenizer, encode_prompt
+from twinkle_exp.sampling import cascade
 
 
 @dataclass
@@ -56,17 +62,6 @@ class RolloutBatch:
     def per_row(self, per_prompt: list) -> list:
         """Expand one value per prompt (answers, prompts) to one per row, in the batch's group layout."""
         return [per_prompt[i] for i in self.prompt_index.tolist()]
-
-
-def cache_argument_name(model: nn.Module) -> str:
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
-
-
-def returned_cache(out: Any) -> Any:
-    """The KV cache a model's output carries, under either of transformers' names for it."""
-    new_cache = getattr(out, "cache", None)
-    return out.past_key_values if new_cache is None else new_cache
 
 
 def forward_with_cache(

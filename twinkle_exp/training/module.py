@@ -9,26 +9,35 @@ from typing import Any
 import lightning as L
 import torch
 
-from twinkle_exp import distributed, module_state, preemption, rng_state
 from twinkle_exp import metric_names as M
-from twinkle_exp.advantages import group_advantages
-from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
-from twinkle_exp.evaluation import greedy_totals, validation_metrics
+from twinkle_exp.config.schema import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
+from twinkle_exp.lifecycle import rng_state, signals
+from twinkle_exp.lifecycle.nonfinite import NonFiniteGuard
+from twinkle_exp.loss import LossFn
+from twinkle_exp.loss.advantages import group_advantages
 from twinkle_exp.models.hf import set_update_mode
 from twinkle_exp.models.lora import is_lora, trainable_parameters, trainable_state_dict
-from twinkle_exp.nonfinite import NonFiniteGuard
-from twinkle_exp.old_logps import has_dropout, recompute_old_logps, recompute_reasons, should_recompute
-from twinkle_exp.policy import Policy, sequence_logps
-from twinkle_exp.reference import Reference
+from twinkle_exp.parallel import collectives
+from twinkle_exp.parallel.sharding import gathered, is_sharded, shard_model
+from twinkle_exp.policy.build import Policy
+from twinkle_exp.policy.logprobs import sequence_logps
+from twinkle_exp.policy.reference import Reference
+from twinkle_exp.policy.shared_prefix import PrefixIndex, SharedPrefix
 from twinkle_exp.rewards import NonFiniteRewardError, RewardSet
-from twinkle_exp.rollout import RolloutBatch, generate
-from twinkle_exp.rollout_metrics import RolloutRows, StageTimer, rollout_metrics
-from twinkle_exp.sharding import gathered, is_sharded, shard_model
-from twinkle_exp.shared_prefix import PrefixIndex, SharedPrefix
+from twinkle_exp.sampling.generate import RolloutBatch, generate
 from twinkle_exp.tasks import Task
-from twinkle_exp.tracking import log_metrics, log_samples
-from twinkle_exp.update_plan import UpdatePlan, shuffled_steps
-from twinkle_exp.update_step import accumulate_gradients
+from twinkle_exp.tracking.loggers import log_metrics, log_samples
+from twinkle_exp.training import checkpoint_state
+from twinkle_exp.training.evaluation import greedy_totals, validation_metrics
+from twinkle_exp.training.old_logps import (
+    has_dropout,
+    recompute_old_logps,
+    recompute_reasons,
+    should_recompute,
+)
+from twinkle_exp.training.rollout_metrics import RolloutRows, StageTimer, rollout_metrics
+from twinkle_exp.training.update_plan import UpdatePlan, shuffled_steps
+from twinkle_exp.training.update_step import accumulate_gradients
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +70,7 @@ class PolicyModule(L.LightningModule):
         policy: Policy,
         task: Task,
         rewards: RewardSet,
-        loss_fn: Any,
+        loss_fn: LossFn,
         *,
         rollout: RolloutConfig,
         advantage: AdvantageConfig,
@@ -96,11 +105,13 @@ class PolicyModule(L.LightningModule):
         self.set_loss(loss_fn)
 
     # --- configuration ---------------------------------------------------------------------------------
-    def set_loss(self, loss_fn: Any) -> None:
+    def set_loss(self, loss_fn: LossFn) -> None:
         """Use `loss_fn` (e.g. a `twinkle_exp.loss.SAPOLoss`) for the updates; builds the reference if needed."""
-        if not callable(loss_fn):
-            raise ValueError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
-        if getattr(loss_fn, "beta", 0.0) > 0 and not self._reference:
+        if not isinstance(loss_fn, LossFn):
+            raise ValueError(
+                f"loss_fn must be a LossFn (callable, with a beta), got {type(loss_fn).__name__}"
+            )
+        if loss_fn.beta > 0 and not self._reference:
             if self._started:
                 raise ValueError("cannot switch to a loss with beta > 0 after training started: no reference")
             self._reference.append(Reference.of(self.policy, self._load_reference))
@@ -162,15 +173,15 @@ class PolicyModule(L.LightningModule):
         if self.pending is not None:  # restored from a checkpoint onto the CPU
             self.pending = self.pending.to(self.device)
 
-    # --- checkpoints: counters, this rollout's remaining steps and every random state (module_state) ----
+    # --- checkpoints: counters, this rollout's remaining steps and every random state (checkpoint_state) ----
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Under LoRA only the adapters are trained: the checkpoint holds them, not the frozen base model.
         checkpoint["state_dict"] = trainable_state_dict(self.policy, checkpoint["state_dict"], "policy.")
-        checkpoint[module_state.KEY] = module_state.capture(self)
+        checkpoint[checkpoint_state.KEY] = checkpoint_state.capture(self)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        state = checkpoint[module_state.KEY]
-        self._restored = module_state.restore(self, state, self.global_rank, self.trainer.world_size)
+        state = checkpoint[checkpoint_state.KEY]
+        self._restored = checkpoint_state.restore(self, state, self.global_rank, self.trainer.world_size)
 
     # --- one training step: the README's data flow, in order -------------------------------------------
     def training_step(self, batch: dict[str, list[str]], batch_idx: int) -> None:
@@ -283,10 +294,10 @@ class PolicyModule(L.LightningModule):
             plan.rewards, plan.per_fn, rollout.completion_lengths, rollout.truncated, rollout.filtered_mass
         )
         everyone = everyone.gathered()
-        seconds = distributed.max_over_ranks(plan.seconds)  # the slowest rank's
+        seconds = collectives.max_over_ranks(plan.seconds)  # the slowest rank's
         metrics = rollout_metrics(everyone, plan.adv, seconds, epochs=self.optim_cfg.mu)
         # What the reward functions counted (math: parse failures), over every rank's completions.
-        metrics |= distributed.sum_over_ranks(plan.reward_metrics)
+        metrics |= collectives.sum_over_ranks(plan.reward_metrics)
         log_metrics(self.loggers, metrics | {M.ROLLOUT_INDEX: float(self.rollouts_done)}, self.global_step)
         if in_step:  # the progress bar; Lightning refuses self.log outside a training step
             self.log("reward", metrics[M.REWARD_MEAN], prog_bar=True, logger=False)
@@ -340,7 +351,7 @@ class PolicyModule(L.LightningModule):
         # or sharded (FSDP2, where the norm comes back as a replicated DTensor): the norm is the global one.
         max_norm = self.optim_cfg.max_grad_norm or float("inf")  # 0 or None: measure, do not clip
         norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), max_norm)
-        self._grad_norm = distributed.full_value(norm)
+        self._grad_norm = collectives.full_value(norm)
         # Under 16-mixed an inf gradient is the loss scaler's business (it skips the step and scales down).
         if getattr(self.trainer.precision_plugin, "scaler", None) is None:
             self.nonfinite.watch("gradient", self._grad_norm)
@@ -370,9 +381,9 @@ class PolicyModule(L.LightningModule):
 
     def _stop_requested(self) -> bool:
         """Whether any rank was asked to stop (decided together, so every rank stops after the same step)."""
-        signum = preemption.received()
+        signum = signals.received()
         if signum is not None and self.stop_reason is None:
-            self.stop_reason, self.stop_signal = f"{preemption.name(signum)} received", signum
+            self.stop_reason, self.stop_signal = f"{signals.name(signum)} received", signum
         if not self.trainer.strategy.reduce_boolean_decision(self.stop_reason is not None, all=False):
             return False
         # Every rank takes the first stopped rank's reason, so all of them end the run the same way.
@@ -416,12 +427,12 @@ class PolicyModule(L.LightningModule):
             totals = greedy_totals(
                 self.policy,
                 self.tokenizer,
-                distributed.shard(self.task.validation_set()),
+                collectives.shard(self.task.validation_set()),
                 self.rewards,
                 max_new_tokens=self.rollout_cfg.max_new_tokens,
                 batch_size=self.trainer_cfg.val_batch_size,
             )
-        return validation_metrics(distributed.all_reduce(totals, "sum"))
+        return validation_metrics(collectives.all_reduce(totals, "sum"))
 
     def log_validation(
         self, prog_bar: bool = True, figures: dict[str, float] | None = None

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import torch
 
-from twinkle_exp import distributed
 from twinkle_exp import metric_names as M
-from twinkle_exp.advantages import AdvantageResult
+from twinkle_exp.loss.advantages import AdvantageResult
+from twinkle_exp.parallel import collectives
 
 
 class StageTimer:
@@ -46,7 +46,7 @@ class RolloutRows:
         filtered = [] if self.filtered_mass is None else [self.filtered_mass]  # the same on every rank
         columns = [self.rewards, *(self.per_fn[n] for n in names), self.lengths, self.truncated, *filtered]
         local = torch.stack([c.detach().to("cpu", torch.float64) for c in columns], dim=1)  # [N, 3 + fns]
-        everyone = distributed.all_gather_rows(local)  # [ranks * N, 3 + fns (+ 1)]
+        everyone = collectives.all_gather_rows(local)  # [ranks * N, 3 + fns (+ 1)]
         last = everyone.shape[1] - len(filtered)
         return RolloutRows(
             rewards=everyone[:, 0].to(self.rewards.dtype),

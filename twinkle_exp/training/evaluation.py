@@ -8,7 +8,7 @@ from torch import nn
 from twinkle_exp import metric_names as M
 from twinkle_exp.models import Tokenizer
 from twinkle_exp.rewards import NonFiniteRewardError, RewardSet, exact_match
-from twinkle_exp.rollout import generate
+from twinkle_exp.sampling.generate import generate
 from twinkle_exp.tasks import Example
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from twinkle_exp import distributed
+from twinkle_exp.parallel import collectives
 
 
 def spawns_processes(trainer: L.Trainer) -> bool:
@@ -44,7 +44,7 @@ class SameOutputDir(Callback):
         self.output_dir = str(Path(output_dir).resolve())
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        dirs = distributed.all_gather_object(self.output_dir)
+        dirs = collectives.all_gather_object(self.output_dir)
         if len(set(dirs)) > 1:
             listing = ", ".join(f"rank {r}: {d}" for r, d in enumerate(dirs))
             raise RuntimeError(

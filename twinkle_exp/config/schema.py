@@ -1,30 +1,20 @@
-"""Dataclass schemas of every config group, registered in Hydra's ConfigStore.
+"""Dataclass schemas of the training loop's config groups (rollout, advantage, optim, trainer, ...).
 
 Each YAML option under `conf/<group>/` starts from one of these schemas (its defaults list names
-`/schema/<group>@_here_`), so a misspelt key, a value of the wrong type or a parameter of another loss fails at
-start-up with Hydra's message naming it.
-
-The groups of the training loop (rollout, advantage, optim, ...) are defined here and reach the code as
-instances of these dataclasses (`typed_config`). Losses, tasks and policies are defined by their own classes
-and factories, registered in `LOSSES`, `TASKS` and `POLICIES`; their schemas are derived from those
-signatures (`derived_schema`), so a parameter and its default are written once.
+`/schema/<group>@_here_`, stored by `config.store`), so a misspelt key or a value of the wrong type fails at
+start-up with Hydra's message naming it. They reach the code as instances of these dataclasses
+(`config.store.typed_config`). This module imports no stage of the pipeline: only the parameter checks of
+the loss library, so that every stage can import its own config type.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
-import inspect
-import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING
 
-from twinkle_exp.advantages import SCALES
-from twinkle_exp.loss import LOSSES
+from twinkle_exp.loss.advantages import SCALES
 from twinkle_exp.loss.params import (
     at_most,
     finite,
@@ -36,8 +26,6 @@ from twinkle_exp.loss.params import (
     positive,
     positive_int,
 )
-from twinkle_exp.policy import POLICIES
-from twinkle_exp.tasks import TASKS
 
 # Where the experiment's defaults differ from the library's: the classes default to no KL penalty, the
 # experiment penalises it a little, so GRPO-style runs look like the papers'.
@@ -183,95 +171,3 @@ class Config:
     # auto: continue from the latest checkpoint in the run directory (none there: start; a finished run:
     # nothing to do); a path: from that checkpoint file or run directory; null: never resume.
     resume: str | None = "auto"
-
-
-def import_path(target: Callable) -> str:
-    """The dotted path Hydra's `_target_` names `target` by: its package's when the package exports it."""
-    package = target.__module__.rsplit(".", 1)[0]
-    try:
-        exported = getattr(importlib.import_module(package), target.__name__, None) is target
-    except ImportError:
-        exported = False
-    return f"{package if exported else target.__module__}.{target.__qualname__}"
-
-
-def derived_schema(target: Callable, name: str, defaults: dict[str, Any] | None = None) -> type:
-    """A dataclass schema with `_target_` and one typed field per keyword parameter of `target`.
-
-    `target` is a class (its `__init__`, or a dataclass's fields) or a factory function; every parameter
-    needs a type annotation, and one without a default is mandatory (`???`). `defaults` overrides defaults.
-    """
-    hints_of = target if dataclasses.is_dataclass(target) else getattr(target, "__init__", target)
-    hints = typing.get_type_hints(hints_of) if isinstance(target, type) else typing.get_type_hints(target)
-    checks = (
-        {f.name: f.metadata for f in dataclasses.fields(target)} if dataclasses.is_dataclass(target) else {}
-    )
-    fields: list[tuple[str, Any, Any]] = [("_target_", str, field(default=import_path(target)))]
-    for p in inspect.signature(target).parameters.values():
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            continue
-        if p.name not in hints:
-            raise TypeError(f"{import_path(target)}: parameter {p.name!r} needs a type annotation")
-        default = (defaults or {}).get(p.name, p.default)
-        if default is p.empty:
-            default = MISSING
-        metadata = checks.get(p.name, {})
-        if isinstance(default, (list, dict)):
-            factory = lambda d=default: d.copy()  # noqa: E731
-            fields.append((p.name, hints[p.name], field(default_factory=factory, metadata=metadata)))
-        else:
-            fields.append((p.name, hints[p.name], field(default=default, metadata=metadata)))
-    return dataclasses.make_dataclass(name, fields)
-
-
-def option_schemas() -> dict[str, dict[str, type]]:
-    """`{group: {option: schema}}` for the groups whose options are classes or factories of their own."""
-    return {
-        "loss": {
-            # "GRPOConfig", so Hydra's message names the loss: "Key 'tau' not in 'GRPOConfig'".
-            name: derived_schema(cls, cls.__name__.removesuffix("Loss") + "Config", LOSS_EXPERIMENT_DEFAULTS)
-            for name, cls in LOSSES.items()
-        },
-        "task": {name: derived_schema(cls, cls.__name__ + "Config") for name, cls in TASKS.items()},
-        "policy": {
-            name: derived_schema(fn, f"{name.capitalize()}PolicyConfig") for name, fn in POLICIES.items()
-        },
-    }
-
-
-# Groups whose options all share one schema (validation re-checks them: `+group.key=...` gets past Hydra).
-TYPED_GROUPS = {
-    "reward": RewardConfig,
-    "rollout": RolloutConfig,
-    "advantage": AdvantageConfig,
-    "optim": OptimConfig,
-    "warmup": WarmupConfig,
-    "trainer": TrainerConfig,
-    "logger": LoggerConfig,
-}
-
-
-def register_configs() -> None:
-    """Store the schemas under `schema/<group>`; each `conf/<group>/<option>.yaml` extends one of them."""
-    cs = ConfigStore.instance()
-    cs.store(name="base_config", node=Config)
-    for group, schemas in option_schemas().items():
-        for name, node in schemas.items():
-            cs.store(group=f"schema/{group}", name=name, node=node)
-    for group, node in TYPED_GROUPS.items():
-        cs.store(group=f"schema/{group}", name="base", node=node)
-
-
-# Groups whose options are classes or factories: they reach the code as resolved dicts for `instantiate`.
-OPTION_GROUPS = ("policy", "task", "loss")
-
-
-def typed_config(cfg: DictConfig) -> Config:
-    """The composed config as a `Config`: the training loop's groups as their dataclasses, read by attribute.
-
-    Check it first (`twinkle_exp.validation.check_config` does both).
-    """
-    typed = OmegaConf.to_object(cfg)
-    return dataclasses.replace(
-        typed, **{g: OmegaConf.to_container(cfg[g], resolve=True) for g in OPTION_GROUPS}
-    )

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 
-from twinkle_exp import preemption
-from twinkle_exp.nonfinite import NonFiniteError
-from twinkle_exp.tracking import JobInfo, RunStatus
+from twinkle_exp.lifecycle import signals
+from twinkle_exp.lifecycle.nonfinite import NonFiniteError
+from twinkle_exp.tracking.run_json import JobInfo, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -74,20 +74,18 @@ def end_stopped_run(
         raise NonFiniteError(message)
     command = resume_command(job)
     # One requeue per job: global rank 0's (the other ranks end with it).
-    requeued = rank_zero_only.rank == 0 and preemption.requeue_on_slurm(signum, is_slurm)
+    requeued = rank_zero_only.rank == 0 and signals.requeue_on_slurm(signum, is_slurm)
     status.finish(
         "interrupted",
-        error=f"{preemption.name(signum)} at optimizer step {step}",
+        error=f"{signals.name(signum)} at optimizer step {step}",
         checkpoint=checkpoint and str(checkpoint),
         resume_command=command,
         requeued=requeued,
         step=step,
     )
     then = "SLURM requeued the job; it resumes by itself" if requeued else f"resume with:\n  {command}"
-    message = (
-        f"twinkle_exp: interrupted by {preemption.name(signum)} at optimizer step {step}; {where}; {then}"
-    )
+    message = f"twinkle_exp: interrupted by {signals.name(signum)} at optimizer step {step}; {where}; {then}"
     log.warning(message)
     print(message, file=sys.stderr, flush=True)
-    preemption.hand_over(signum)  # submitit's handler requeues and exits here
-    raise SystemExit(preemption.exit_code(signum))
+    signals.hand_over(signum)  # submitit's handler requeues and exits here
+    raise SystemExit(signals.exit_code(signum))

@@ -17,12 +17,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from twinkle_exp.config import OLD_LOGPS_MODES
+from twinkle_exp.config.schema import OLD_LOGPS_MODES
 from twinkle_exp.models.backbone import unwrap_peft
 from twinkle_exp.models.hf import set_update_mode
-from twinkle_exp.policy import sequence_logps
-from twinkle_exp.rollout import RolloutBatch
-from twinkle_exp.shared_prefix import PrefixIndex
+from twinkle_exp.policy.logprobs import sequence_logps
+from twinkle_exp.policy.shared_prefix import PrefixIndex
+from twinkle_exp.sampling.generate import RolloutBatch
 
 FULL_PRECISION = ("32-true", "32", "64-true", "64")
 FULL_DTYPES = (torch.float32, torch.float64)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from twinkle_exp import distributed
 from twinkle_exp import metric_names as M
 from twinkle_exp.loss import LossOutput
 from twinkle_exp.loss import metric_keys as K
+from twinkle_exp.parallel import collectives
 
 # Keys whose micro-batch values add up to the step's value (the loss normalises them by the step's totals).
 _SUMMED = (K.POLICY_LOSS,)
@@ -74,7 +74,7 @@ class StepMetrics:
             packed = torch.stack(
                 [torch.as_tensor(v, dtype=torch.float32, device=device) for v in part.values()]
             )
-            values |= dict(zip(part, distributed.all_reduce(packed, op), strict=True))
+            values |= dict(zip(part, collectives.all_reduce(packed, op), strict=True))
         tokens = values.pop(_TOKENS).clamp(min=1.0)
         for key in self._weighted:
             values[key] = values[key] / tokens

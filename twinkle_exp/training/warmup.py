@@ -15,12 +15,13 @@ from typing import Any
 
 import torch
 
-from twinkle_exp import distributed, warmup_cache
-from twinkle_exp.config import WarmupConfig
+from twinkle_exp.config.schema import WarmupConfig
 from twinkle_exp.loss import IGNORE_INDEX, shift_logits_to_labels
 from twinkle_exp.models import encode_prompt
-from twinkle_exp.policy import Policy
+from twinkle_exp.parallel import collectives
+from twinkle_exp.policy.build import Policy
 from twinkle_exp.tasks import Example, Task
+from twinkle_exp.training import warmup_cache
 
 log = logging.getLogger(__name__)
 RANK_WAIT_S = 6 * 3600  # how long the other ranks wait for rank 0's warm-start (a large model's is long)
@@ -78,7 +79,7 @@ def warm_start(
     """
     path = Path(os.path.expanduser(cfg.cache_dir)) / f"warmup-{key}.pt"
     if not trains:
-        distributed.wait_for_file(path, RANK_WAIT_S, "the warm-start")
+        collectives.wait_for_file(path, RANK_WAIT_S, "the warm-start")
         if not warmup_cache.load(path, policy.model):
             raise RuntimeError(f"the warm-start cache {path} that global rank 0 wrote is unusable")
         log.info("warm-start: reused %s", path)

@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from twinkle_exp.config import WarmupConfig
-from twinkle_exp.policy import Policy
+from twinkle_exp.config.schema import WarmupConfig
+from twinkle_exp.policy.build import Policy
 from twinkle_exp.tasks import Task
 
 log = logging.getLogger(__name__)

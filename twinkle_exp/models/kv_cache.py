@@ -10,9 +10,11 @@ transformers' `Cache` objects (`DynamicCache`, ...), which select batch rows in 
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 import torch
+from torch import nn
 
 
 def distinct_rows(rows: list[list[int]]) -> tuple[list[list[int]], list[int]]:
@@ -98,3 +100,14 @@ def _buffer(states: torch.Tensor, capacity: int) -> tuple[torch.Tensor, torch.Te
     buffer = states.new_empty(b, h, max(capacity, s), d)
     buffer[..., :s, :] = states
     return buffer, buffer[..., :s, :]
+
+
+def cache_argument_name(model: nn.Module) -> str:
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
+
+
+def returned_cache(out: Any) -> Any:
+    """The KV cache a model's output carries, under either of transformers' names for it."""
+    new_cache = getattr(out, "cache", None)
+    return out.past_key_values if new_cache is None else new_cache

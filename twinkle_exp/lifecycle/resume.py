@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from twinkle_exp.checkpointing import LAST, RUN_KEY, last_checkpoint, read_checkpoint
+from twinkle_exp.lifecycle.checkpoints import LAST, RUN_KEY, last_checkpoint, read_checkpoint
 
 log = logging.getLogger(__name__)
 

@@ -21,15 +21,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from twinkle_exp.config import (
-    OPTION_GROUPS,
-    TYPED_GROUPS,
-    Config,
-    RewardConfig,
-    RewardTermConfig,
-    option_schemas,
-    typed_config,
-)
+from twinkle_exp.config.schema import Config, RewardConfig, RewardTermConfig
+from twinkle_exp.config.store import OPTION_GROUPS, TYPED_GROUPS, option_schemas, typed_config
 from twinkle_exp.errors import UserError
 
 # Top-level names an override may start with besides Config's fields: Hydra's own, and the groups that are
@@ -179,7 +172,7 @@ def _built_problems(cfg: DictConfig, plain: dict[str, Any]) -> Iterator[str]:
 
 def _task_fit(task: Any, plain: dict[str, Any]) -> Iterator[str]:
     """The task's examples against the policy's tokenizer and positions, and the reward's gold answers."""
-    from twinkle_exp import input_checks
+    from twinkle_exp.config.schema import input_checks
 
     try:
         fit = input_checks.policy_tokenizer(plain["policy"], task)

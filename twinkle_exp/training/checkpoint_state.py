@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from twinkle_exp import rng_state
-from twinkle_exp.update_plan import UpdatePlan
+from twinkle_exp.lifecycle import rng_state
+from twinkle_exp.training.update_plan import UpdatePlan
 
 KEY = "twinkle_module"
 

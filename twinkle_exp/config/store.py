@@ -1,0 +1,126 @@
+"""The Hydra ConfigStore: the loop's schemas, and those derived from the registries of losses, tasks, policies.
+
+A loss, task or policy is defined by its own class or factory; its schema is derived from that signature
+(`derived_schema`), so a parameter and its default are written once. Importing this module imports the
+registries, which import torch but neither Lightning nor transformers (those load when a stage is built).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from twinkle_exp.config.schema import (
+    LOSS_EXPERIMENT_DEFAULTS,
+    AdvantageConfig,
+    Config,
+    LoggerConfig,
+    OptimConfig,
+    RewardConfig,
+    RolloutConfig,
+    TrainerConfig,
+    WarmupConfig,
+)
+from twinkle_exp.loss import LOSSES
+from twinkle_exp.policy.build import POLICIES
+from twinkle_exp.tasks import TASKS
+
+
+def import_path(target: Callable) -> str:
+    """The dotted path Hydra's `_target_` names `target` by: its package's when the package exports it."""
+    package = target.__module__.rsplit(".", 1)[0]
+    try:
+        exported = getattr(importlib.import_module(package), target.__name__, None) is target
+    except ImportError:
+        exported = False
+    return f"{package if exported else target.__module__}.{target.__qualname__}"
+
+
+def derived_schema(target: Callable, name: str, defaults: dict[str, Any] | None = None) -> type:
+    """A dataclass schema with `_target_` and one typed field per keyword parameter of `target`.
+
+    `target` is a class (its `__init__`, or a dataclass's fields) or a factory function; every parameter
+    needs a type annotation, and one without a default is mandatory (`???`). `defaults` overrides defaults.
+    """
+    hints_of = target if dataclasses.is_dataclass(target) else getattr(target, "__init__", target)
+    hints = typing.get_type_hints(hints_of) if isinstance(target, type) else typing.get_type_hints(target)
+    checks = (
+        {f.name: f.metadata for f in dataclasses.fields(target)} if dataclasses.is_dataclass(target) else {}
+    )
+    fields: list[tuple[str, Any, Any]] = [("_target_", str, field(default=import_path(target)))]
+    for p in inspect.signature(target).parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.name not in hints:
+            raise TypeError(f"{import_path(target)}: parameter {p.name!r} needs a type annotation")
+        default = (defaults or {}).get(p.name, p.default)
+        if default is p.empty:
+            default = MISSING
+        metadata = checks.get(p.name, {})
+        if isinstance(default, (list, dict)):
+            factory = lambda d=default: d.copy()  # noqa: E731
+            fields.append((p.name, hints[p.name], field(default_factory=factory, metadata=metadata)))
+        else:
+            fields.append((p.name, hints[p.name], field(default=default, metadata=metadata)))
+    return dataclasses.make_dataclass(name, fields)
+
+
+def option_schemas() -> dict[str, dict[str, type]]:
+    """`{group: {option: schema}}` for the groups whose options are classes or factories of their own."""
+    return {
+        "loss": {
+            # "GRPOConfig", so Hydra's message names the loss: "Key 'tau' not in 'GRPOConfig'".
+            name: derived_schema(cls, cls.__name__.removesuffix("Loss") + "Config", LOSS_EXPERIMENT_DEFAULTS)
+            for name, cls in LOSSES.items()
+        },
+        "task": {name: derived_schema(cls, cls.__name__ + "Config") for name, cls in TASKS.items()},
+        "policy": {
+            name: derived_schema(fn, f"{name.capitalize()}PolicyConfig") for name, fn in POLICIES.items()
+        },
+    }
+
+
+# Groups whose options all share one schema (validation re-checks them: `+group.key=...` gets past Hydra).
+TYPED_GROUPS = {
+    "reward": RewardConfig,
+    "rollout": RolloutConfig,
+    "advantage": AdvantageConfig,
+    "optim": OptimConfig,
+    "warmup": WarmupConfig,
+    "trainer": TrainerConfig,
+    "logger": LoggerConfig,
+}
+
+
+def register_configs() -> None:
+    """Store the schemas under `schema/<group>`; each `conf/<group>/<option>.yaml` extends one of them."""
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    for group, schemas in option_schemas().items():
+        for name, node in schemas.items():
+            cs.store(group=f"schema/{group}", name=name, node=node)
+    for group, node in TYPED_GROUPS.items():
+        cs.store(group=f"schema/{group}", name="base", node=node)
+
+
+# Groups whose options are classes or factories: they reach the code as resolved dicts for `instantiate`.
+OPTION_GROUPS = ("policy", "task", "loss")
+
+
+def typed_config(cfg: DictConfig) -> Config:
+    """The composed config as a `Config`: the training loop's groups as their dataclasses, read by attribute.
+
+    Check it first (`twinkle_exp.config.checks.check_config` does both).
+    """
+    typed = OmegaConf.to_object(cfg)
+    return dataclasses.replace(
+        typed, **{g: OmegaConf.to_container(cfg[g], resolve=True) for g in OPTION_GROUPS}
+    )
