@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
 from twinkle_exp.config.checks import config_problems
-from twinkle_exp.config.schema import input_checks
+from twinkle_exp.config import input_checks
 from twinkle_exp.config.store import register_configs
 from twinkle_exp.models import CharTokenizer
 from twinkle_exp.tasks import Example, GSM8KTask

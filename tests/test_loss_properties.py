@@ -131,7 +131,8 @@ def test_every_loss_is_finite_with_finite_gradients_or_names_the_problem(loss, i
 
 # --- inputs that are wrong: a ValueError that names the argument ---------------------------------------
 def _break_advantages(inputs, draw):
-    inputs["advantages"] = torch.zeros(inputs["labels"].shape[0] + 7)
+    # More entries than tokens: never the batch's number of sequences (B + 7 could be, for packed rows).
+    inputs["advantages"] = torch.zeros(inputs["labels"].numel() + 7)
     return "advantages"
 
 

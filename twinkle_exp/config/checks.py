@@ -172,7 +172,7 @@ def _built_problems(cfg: DictConfig, plain: dict[str, Any]) -> Iterator[str]:
 
 def _task_fit(task: Any, plain: dict[str, Any]) -> Iterator[str]:
     """The task's examples against the policy's tokenizer and positions, and the reward's gold answers."""
-    from twinkle_exp.config.schema import input_checks
+    from twinkle_exp.config import input_checks
 
     try:
         fit = input_checks.policy_tokenizer(plain["policy"], task)
