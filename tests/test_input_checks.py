@@ -9,8 +9,8 @@ from gsm8k_helpers import gsm8k_rows, write_jsonl
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
-from twinkle_exp.config.checks import config_problems
 from twinkle_exp.config import input_checks
+from twinkle_exp.config.checks import config_problems
 from twinkle_exp.config.store import register_configs
 from twinkle_exp.models import CharTokenizer
 from twinkle_exp.tasks import Example, GSM8KTask

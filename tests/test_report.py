@@ -417,3 +417,24 @@ def test_bad_threshold_is_a_usage_error(sweep: Path, capsys) -> None:
     assert main([str(sweep), "--threshold", "50"]) == 2
     assert "--threshold" in capsys.readouterr().err
     assert not (sweep / "report").exists()
+
+
+def test_a_finished_run_whose_metrics_csv_was_cut_is_left_out_saying_why(tmp_path: Path) -> None:
+    root = tmp_path / "sweep"
+    full = lightning_rows({0: 0.1, 5: 0.3, 10: 0.6}, 10, kl_per_step=0.002)
+    cut = [r for r in lightning_rows({0: 0.1, 5: 0.3, 10: 0.6}, 10, kl_per_step=0.002) if r["step"] <= 6]
+    for seed, rows in ((0, full), (1, cut)):
+        job = write_job(root, f"seed={seed}", [f"seed={seed}"], status="finished", rows=rows, wall=10.0)
+        info = json.loads((job / "run.json").read_text())
+        info["final"] = {"steps": 10, "accuracy_after": 0.6 if seed == 0 else 0.422}
+        (job / "run.json").write_text(json.dumps(info))
+    runs = {run.name: run for run in load_runs([root])}
+    assert runs["seed=1"].metrics == {}  # its curve would pass for the whole run (final 30% at step 6)
+    [problem] = runs["seed=1"].problems
+    assert problem == (
+        "finished at step 10 (run.json, final val/accuracy 42.2%), but metrics.csv has no val/accuracy at "
+        "that step (its rows end at step 6: cut short or replaced): left out of the statistics and plots"
+    )
+    assert runs["seed=0"].problems == []
+    [stats] = summarize(list(runs.values()), threshold=0.5)
+    assert stats.final_accuracy == pytest.approx([0.6]) and stats.evaluated == 1

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from twinkle_exp.errors import UserError
 from twinkle_exp.lifecycle import resume, signals
 from twinkle_exp.lifecycle.checkpoints import FORMAT, RUN_KEY, last_checkpoint, weights_digest
 from twinkle_exp.lifecycle.nonfinite import NonFiniteError
@@ -43,7 +44,7 @@ def test_a_path_names_a_checkpoint_file_or_a_run_directory(tmp_path):
     path = _checkpoint(tmp_path / "old")
     for given in (path, tmp_path / "old", path.parent):
         assert resume.find_start(str(given), tmp_path / "new").checkpoint == path
-    with pytest.raises(FileNotFoundError, match=r"resume=/no/such\.ckpt: no checkpoint at /no/such\.ckpt"):
+    with pytest.raises(UserError, match=r"resume=/no/such\.ckpt: no checkpoint at /no/such\.ckpt"):
         resume.find_start("/no/such.ckpt", tmp_path)
 
 
@@ -90,7 +91,7 @@ def test_a_missing_warm_start_cache_or_another_reference_is_refused(tmp_path):
     cache = tmp_path / "warmup-abc.pt"
     _checkpoint(tmp_path / "run", reference_digest="d1", warmup={"path": str(cache), "cached": False})
     start = resume.find_start("auto", tmp_path / "run")
-    with pytest.raises(FileNotFoundError, match=f"warm-start cache {cache} .* is missing. Restore that file"):
+    with pytest.raises(UserError, match=f"warm-start cache {cache} .* is missing. Restore that file"):
         resume.check_warmup_cache(start)
     cache.write_bytes(b"x")
     resume.check_warmup_cache(start)

@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 from twinkle_exp.config.checks import check_config, override_problems
 from twinkle_exp.config.store import register_configs
 from twinkle_exp.errors import UserError
-from twinkle_exp.lifecycle import signals
+from twinkle_exp.lifecycle import run_dir_guard, signals
 from twinkle_exp.parallel.launcher_env import rank_hydra_overrides
 
 register_configs()
@@ -34,13 +34,15 @@ def _refuse(problems: list[str]) -> None:
 def _main(cfg: DictConfig) -> float:
     global _started
     _started = True
+    from hydra.core.hydra_config import HydraConfig
+
     try:
         typed = check_config(cfg)
     except ValueError as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
+        run_dir_guard.restore_taken(HydraConfig.get().runtime.output_dir)  # Hydra's files, as they were
         _refuse(str(exc).splitlines())
-    from hydra.core.hydra_config import HydraConfig
 
     print(
         f"twinkle_exp: {cfg.loss._target_.rsplit('.', 1)[-1]} on {cfg.task._target_.rsplit('.', 1)[-1]}, "
@@ -54,7 +56,9 @@ def _main(cfg: DictConfig) -> float:
 
         # The return value is what Hydra's Optuna sweeper maximises.
         return train(cfg, typed)["accuracy_after"]
-    except UserError as exc:  # run.json has the same line
+    except (
+        UserError
+    ) as exc:  # run.json has the same line, or (refused at start-up) the directory is as it was
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(f"twinkle_exp: {exc}", file=sys.stderr)

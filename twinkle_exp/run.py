@@ -21,10 +21,11 @@ from torch.utils.data import DataLoader
 from twinkle_exp import metric_names as M
 from twinkle_exp.config.checks import check_config
 from twinkle_exp.config.schema import Config, TrainerConfig
-from twinkle_exp.lifecycle import resume, signals
+from twinkle_exp.errors import UserError
+from twinkle_exp.lifecycle import resume, run_dir_guard, signals
 from twinkle_exp.lifecycle.checkpoints import CheckpointCallback, last_checkpoint, weights_digest
 from twinkle_exp.lifecycle.stopping import end_stopped_run
-from twinkle_exp.parallel.ranks import SameOutputDir, check_launch
+from twinkle_exp.parallel.ranks import SameOutputDir, check_data_parallel, check_launch
 from twinkle_exp.parallel.strategy import lightning_strategy
 from twinkle_exp.policy.build import with_task_prompt_format
 from twinkle_exp.report.run_summary import print_warnings, summarize_run
@@ -118,9 +119,18 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
     typed = typed or check_config(cfg)
     _quiet_lightning()
     job = JobInfo.from_hydra()
-    start = resume.find_start(typed.resume, job.output_dir)
+    # A start refused with a UserError before training puts back every file of the run directory.
+    before = run_dir_guard.snapshot(job.output_dir)
+    try:
+        start = resume.find_start(typed.resume, job.output_dir)
+        config = OmegaConf.to_container(cfg, resolve=True)
+        resume.check_config(start, config)  # before "nothing to do": another loss is another experiment
+    except UserError:
+        before.restore()
+        raise
     done = _finished_before(job, start, typed.trainer.max_steps)
     if done is not None:
+        before.restore()  # Hydra's files would describe a config that did not run
         log.warning("%s finished already (%d optimizer steps): nothing to do", job.output_dir, start.step)
         return done
     resumed_from = start.checkpoint and str(start.checkpoint)
@@ -128,9 +138,8 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
     loggers: list[Any] = []
     began = time.time()
     is_slurm = SLURMEnvironment.detect()
+    fitting = refused = False
     try:
-        config = OmegaConf.to_container(cfg, resolve=True)
-        resume.check_config(start, config)
         resume.check_warmup_cache(start)
         # Before the trainer knows the rank, Lightning's guess from the launcher's environment decides.
         if rank_zero_only.rank == 0:  # rows logged after the checkpoint are dropped: the run logs them again
@@ -169,12 +178,16 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
             num_sanity_val_steps=0,
         )
         check_launch(trainer, job.multirun)
+        check_data_parallel(trainer, t)
+        resume.check_world_size(start, trainer.world_size)
         status = RunStatus(
             job, typed.seed, resumed_from, start.step, write=trainer.is_global_zero, wandb_id=wandb_id
         )
         if signals.received() is not None:  # during the imports: nothing to lose, say so and go
             end_stopped_run(status, job, signals.received(), start.step, start.checkpoint, is_slurm)
         module, warm = build_module(typed, rank=trainer.global_rank)
+        if signals.received() is not None:  # the warm-start stopped within a step and was not cached
+            end_stopped_run(status, job, signals.received(), start.step, start.checkpoint, is_slurm)
         reference_digest = weights_digest(module.reference)
         resume.check_reference(start, reference_digest)
         run_info.update(reference_digest=reference_digest, warmup=warm)
@@ -189,6 +202,7 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
         # A SIGTERM before on_train_start takes the handler back from Lightning makes Lightning raise an
         # exception that would exit 0; the signal our handler recorded is dealt with below instead.
         if signals.received() is None:  # else: a signal during the warm-start, stop before training
+            fitting = True
             with contextlib.suppress(SIGTERMException):
                 trainer.fit(
                     module,
@@ -240,6 +254,9 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
             print_warnings(result["summary"])
         return result
     except BaseException as exc:
+        refused = isinstance(exc, UserError) and not fitting
+        if refused:  # nothing ran: the run directory goes back to what it was (below, after wandb)
+            raise
         # Before the trainer knows the rank, Lightning's guess from the launcher's environment decides.
         status = status or RunStatus(
             job, typed.seed, resumed_from, start.step, write=rank_zero_only.rank == 0
@@ -257,3 +274,5 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
                 wandb.finish()
             except Exception as exc:  # the run's outcome is already recorded; wandb's failure is not it
                 log.warning("wandb.finish failed: %s", exc)
+        if refused:
+            before.restore()

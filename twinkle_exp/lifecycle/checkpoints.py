@@ -22,6 +22,8 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from twinkle_exp.errors import UserError
+
 CHECKPOINT_DIR = "checkpoints"
 LAST = "last.ckpt"
 FORMAT = 1  # bump when what a checkpoint holds changes incompatibly
@@ -48,17 +50,18 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     try:
         checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
     except FileNotFoundError:
-        raise FileNotFoundError(f"resume: no checkpoint at {path}") from None
+        raise UserError(f"resume: no checkpoint at {path}") from None
     except Exception as exc:  # a truncated or foreign file: say which file, not only torch's reason
-        raise ValueError(
+        raise UserError(
             f"resume: {path} is not a readable checkpoint ({type(exc).__name__}: {exc})"
         ) from None
     if not isinstance(checkpoint, dict) or RUN_KEY not in checkpoint:
-        raise ValueError(f"resume: {path} is not a twinkle_exp checkpoint (no {RUN_KEY!r} entry)")
-    if checkpoint[RUN_KEY].get("format") != FORMAT:
-        raise ValueError(
-            f"resume: {path} has checkpoint format {checkpoint[RUN_KEY].get('format')}, this version "
-            f"reads format {FORMAT}; start a new run"
+        raise UserError(f"resume: {path} is not a twinkle_exp checkpoint (no {RUN_KEY!r} entry)")
+    info = checkpoint[RUN_KEY]
+    found = info.get("format") if isinstance(info, dict) else None
+    if found != FORMAT:
+        raise UserError(
+            f"resume: {path} has checkpoint format {found}, this version reads format {FORMAT}; start a new run"
         )
     return checkpoint
 

@@ -3,7 +3,8 @@
 A checkpoint continues the experiment it came from, never another: the loss, task, policy and seed must be
 the ones it was trained with, and the frozen reference rebuilt now (from the warm-start cache) must be bit
 for bit the one it was trained against. Anything else may change (a longer `trainer.max_steps` extends a
-finished run), and is listed in the log.
+finished run), and is listed in the log. Every refusal is a `UserError`: one line, exit 2, and the run
+directory is left as it was (`run_dir_guard`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twinkle_exp.errors import UserError
 from twinkle_exp.lifecycle.checkpoints import LAST, RUN_KEY, last_checkpoint, read_checkpoint
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,7 @@ def find_start(resume: str | None, run_dir: Path) -> Start:
     own = last_checkpoint(run_dir)
     if resume is None:
         if own.exists():
-            raise ValueError(
+            raise UserError(
                 f"resume=null, but {run_dir} already holds a checkpoint ({own}); pass resume=auto to continue "
                 "that run, or choose another hydra.run.dir"
             )
@@ -58,13 +60,16 @@ def find_start(resume: str | None, run_dir: Path) -> Start:
         if path.is_dir():  # a run directory, or its checkpoints directory
             path = path / LAST if (path / LAST).exists() else last_checkpoint(path)
         if not path.exists():
-            raise FileNotFoundError(f"resume={resume}: no checkpoint at {path}")
+            raise UserError(f"resume={resume}: no checkpoint at {path}")
     checkpoint = read_checkpoint(path)
-    return Start(
-        checkpoint=path,
-        run_info=checkpoint[RUN_KEY],
-        rollouts_done=int(checkpoint["twinkle_module"]["rollouts_done"]),
-    )
+    try:
+        run_info, rollouts_done = checkpoint[RUN_KEY], int(checkpoint["twinkle_module"]["rollouts_done"])
+        int(run_info.get("global_step", 0)), int(run_info.get("csv_rows", 0)), dict(run_info["config"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UserError(
+            f"resume: {path} is not a complete twinkle_exp checkpoint ({type(exc).__name__}: {exc})"
+        ) from None
+    return Start(checkpoint=path, run_info=run_info, rollouts_done=rollouts_done)
 
 
 def _flatten(value: Any, prefix: str) -> dict[str, Any]:
@@ -97,7 +102,7 @@ def check_config(start: Start, config: dict[str, Any]) -> None:
     refused = {k: v for k, v in differences.items() if k.split(".", 1)[0] in IDENTITY_KEYS}
     if refused:
         listed = "; ".join(f"{k}: {old!r} there, {new!r} here" for k, (old, new) in list(refused.items())[:4])
-        raise ValueError(
+        raise UserError(
             f"resume refused: {start.checkpoint} belongs to another experiment ({listed}). The loss, task, "
             "policy and seed must match the checkpoint's; to change them start a new run directory"
         )
@@ -114,7 +119,7 @@ def check_warmup_cache(start: Start) -> None:
     if start.checkpoint is None or not start.run_info.get("reference_digest") or not warm.get("path"):
         return
     if not Path(warm["path"]).exists():
-        raise FileNotFoundError(
+        raise UserError(
             f"resume: the warm-start cache {warm['path']} that this run's frozen reference was built from is "
             "missing. Restore that file (or set TWINKLE_CACHE / warmup.cache_dir to the directory holding it) "
             "and rerun; training it again could give a different reference, so the run does not"
@@ -127,8 +132,19 @@ def check_reference(start: Start, digest: str | None) -> None:
         return
     saved = start.run_info.get("reference_digest")
     if saved != digest:
-        raise ValueError(
+        raise UserError(
             f"resume refused: the frozen reference built now differs from the one {start.checkpoint} was "
             "trained against (was the warm-start cache replaced or retrained?); restore the original cache "
             "file or start a new run directory"
+        )
+
+
+def check_world_size(start: Start, world_size: int) -> None:
+    """Refuse, before the warm-start, a resume on another number of processes than the checkpoint's."""
+    saved = start.run_info.get("world_size")
+    if start.checkpoint is not None and saved is not None and int(saved) != world_size:
+        raise UserError(
+            f"resume refused: {start.checkpoint} was written by {saved} process(es) and this run has "
+            f"{world_size}: resume on as many processes (trainer.devices, trainer.num_nodes), or start a new "
+            "run directory"
         )

@@ -3,7 +3,8 @@
 Schedulers send SIGTERM before they kill a job, SLURM sends SIGUSR1 as a pre-emption warning (with
 `--signal=USR1@90`), submitit sends SIGUSR2, and a user presses Ctrl-C. Each of them only sets a flag here;
 the training step finishes its optimizer step, the trainer writes a checkpoint, and the run exits non-zero
-(128 + the signal's number) with `run.json` saying "interrupted". A second Ctrl-C stops at once.
+(128 + the signal's number) with `run.json` saying "interrupted"; the warm-start stops after its current
+step and is not cached. A second Ctrl-C stops at once.
 
 Signals belong to the process, so this module holds one process-wide state. Only the standard library is
 imported, so `cli` can install the handlers before the slow imports (torch, Lightning) begin.
@@ -37,7 +38,8 @@ def _handle(signum: int, frame: Any) -> None:
         return
     _received = signum
     log.warning(
-        "received %s: finishing the current optimizer step, then writing a checkpoint (Ctrl-C again: stop now)",
+        "received %s: finishing the current step (of the warm-start, or of training, which then writes a "
+        "checkpoint) (Ctrl-C again: stop now)",
         signal.Signals(signum).name,
     )
 

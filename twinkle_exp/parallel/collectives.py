@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,15 +105,18 @@ def full_value(t: torch.Tensor) -> torch.Tensor:
     return full_tensor() if callable(full_tensor) else t
 
 
-def wait_for_file(path: Path, timeout_s: float, what: str, poll_s: float = 1.0) -> None:
-    """Block until `path` exists (written by rank 0, atomically), or raise after `timeout_s` seconds.
+def wait_for_file(
+    path: Path, timeout_s: float, what: str, poll_s: float = 1.0, stop: Callable[[], Any] | None = None
+) -> None:
+    """Block until `path` exists (written by rank 0, atomically), or raise after `timeout_s` seconds;
+    return early once `stop()` is not None (a signal asked the run to stop).
 
     Used before any process group exists (the warm-start runs before Lightning sets one up), so it polls the
     file system rather than waiting at a barrier.
     """
     start = time.monotonic()
     logged = False
-    while not path.exists():
+    while not path.exists() and (stop is None or stop() is None):
         waited = time.monotonic() - start
         if waited > timeout_s:
             raise TimeoutError(

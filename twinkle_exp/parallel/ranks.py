@@ -7,11 +7,16 @@ the other ranks only train. They must agree on the output directory, which is wh
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
+from twinkle_exp.errors import UserError
 from twinkle_exp.parallel import collectives
+
+if TYPE_CHECKING:  # the config's type only: parallel/ sits below config/ and imports nothing of it
+    from twinkle_exp.config.schema import TrainerConfig
 
 
 def spawns_processes(trainer: L.Trainer) -> bool:
@@ -29,6 +34,18 @@ def check_launch(trainer: L.Trainer, multirun: bool) -> None:
             f"(trainer.devices={trainer.num_devices}): start every rank with torchrun "
             f"(torchrun --nproc-per-node={trainer.num_devices} -m twinkle_exp -m ... hydra.sweep.dir=<dir>), "
             f"or give each job its own allocation with hydra/launcher=slurm (README, 'Scaling out')"
+        )
+
+
+def check_data_parallel(trainer: L.Trainer, cfg: TrainerConfig) -> None:
+    """Refuse a data-parallel strategy that found no GPU and was given no device count: Lightning would run
+    one CPU process, with nothing in parallel, where the user asked for data parallelism."""
+    on_cpu = type(trainer.accelerator).__name__ == "CPUAccelerator"
+    parallel = str(cfg.strategy).startswith(("ddp", "fsdp"))
+    if parallel and on_cpu and str(cfg.devices) == "auto" and trainer.world_size == 1:
+        raise UserError(
+            f"trainer.strategy={cfg.strategy} found no GPU, and trainer.devices=auto on a CPU is one process: "
+            "pass trainer.accelerator=cpu trainer.devices=N for N CPU processes (gloo), or use trainer=cpu"
         )
 
 

@@ -112,7 +112,11 @@ def load_run(job_dir: Path, sweep_dir: Path) -> Run:
     metrics = read_metrics(job_dir / METRICS_FILE)
     problems = [f"{RUN_FILE}: {info['error']}"] if info.get("status") == "unknown" else []
     problems += metrics.problems
-    if status == FINISHED and not (job_dir / METRICS_FILE).is_file():
+    cut = _ends_early(info, metrics.series) if status == FINISHED else None
+    if cut is not None:
+        problems.append(cut)
+        metrics.series, metrics.nonfinite = {}, {}
+    elif status == FINISHED and not (job_dir / METRICS_FILE).is_file():
         problems.append(f"finished, but {METRICS_FILE} is missing: no statistics for this run")
     elif status == FINISHED and VAL_ACCURACY not in metrics.series:
         problems.append(f"finished, but logged no {VAL_ACCURACY}: left out of the accuracy statistics")
@@ -145,6 +149,25 @@ def load_runs(dirs: list[Path], skip: Path | None = None) -> list[Run]:
     base = resolved[0] if len(resolved) == 1 else Path(os.path.commonpath(resolved))
     jobs = sorted({job.resolve() for d in resolved for job in find_job_dirs(d, skip)})
     return [load_run(job, base) for job in jobs]
+
+
+def _ends_early(info: dict, series: dict[str, Series]) -> str | None:
+    """Why a finished run's metrics are left out, when its metrics.csv stops before run.json's last step.
+
+    A cut file's curve would pass for the whole run (its last accuracy for the final one), so the run's
+    metrics are not used at all; run.json's own final figure is named so the reader can see the gap.
+    """
+    final = info.get("final") if isinstance(info.get("final"), dict) else {}
+    steps = _number(final.get("steps"))
+    if steps is None or not series.get(VAL_ACCURACY) or series[VAL_ACCURACY][-1][0] >= steps:
+        return None
+    last = max(points[-1][0] for points in series.values() if points)
+    accuracy = _number(final.get("accuracy_after"))
+    said = f", final {VAL_ACCURACY} {accuracy:.1%}" if accuracy is not None else ""
+    return (
+        f"finished at step {int(steps)} (run.json{said}), but {METRICS_FILE} has no {VAL_ACCURACY} at that "
+        f"step (its rows end at step {last}: cut short or replaced): left out of the statistics and plots"
+    )
 
 
 def _read_run_json(path: Path) -> dict:

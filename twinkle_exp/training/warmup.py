@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from twinkle_exp.config.schema import WarmupConfig
+from twinkle_exp.lifecycle import signals
 from twinkle_exp.loss import IGNORE_INDEX, shift_logits_to_labels
 from twinkle_exp.models import encode_prompt
 from twinkle_exp.parallel import collectives
@@ -52,14 +53,20 @@ def supervised_batch(policy: Policy, examples: list[Example]) -> tuple[torch.Ten
 def supervised_train(
     policy: Policy, task: Task, *, steps: int, batch_size: int, lr: float, seed: int
 ) -> float:
-    """Cross-entropy on gold completions (answer + EOS); returns the last step's loss."""
+    """Cross-entropy on gold completions (answer + EOS); returns the last step's loss.
+
+    A signal (signals.py) stops it before the next step: the caller sees `signals.received()`.
+    """
     model = policy.model
     device = next(model.parameters()).device
     rng = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     loss = torch.tensor(float("nan"))
-    for _ in range(steps):
+    for done in range(steps):
+        if signals.received() is not None:
+            log.warning("warm-start stopped after %d of %d steps: it is not cached", done, steps)
+            break
         ids, mask, labels = (t.to(device) for t in supervised_batch(policy, task.sample(batch_size, rng)))
         logits = model(ids, attention_mask=mask).logits
         logps = shift_logits_to_labels(logits, labels)
@@ -79,7 +86,9 @@ def warm_start(
     """
     path = Path(os.path.expanduser(cfg.cache_dir)) / f"warmup-{key}.pt"
     if not trains:
-        collectives.wait_for_file(path, RANK_WAIT_S, "the warm-start")
+        collectives.wait_for_file(path, RANK_WAIT_S, "the warm-start", stop=signals.received)
+        if signals.received() is not None:
+            return {"path": None, "cached": False, "interrupted": True}
         if not warmup_cache.load(path, policy.model):
             raise RuntimeError(f"the warm-start cache {path} that global rank 0 wrote is unusable")
         log.info("warm-start: reused %s", path)
@@ -92,5 +101,7 @@ def warm_start(
         loss = supervised_train(
             policy, task, steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, seed=cfg.seed
         )
+        if signals.received() is not None:  # a part of a warm-start must never be reused as the whole
+            return {"path": None, "cached": False, "interrupted": True}
         warmup_cache.save(policy.model, path)
     return {"path": str(path), "cached": False, "final_loss": loss}

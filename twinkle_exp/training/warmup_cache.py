@@ -100,7 +100,11 @@ def load(path: Path, model: nn.Module) -> bool:
 def save(model: nn.Module, path: Path) -> None:
     """Write then rename, so no reader ever sees a half-written file; readable like any file the user makes."""
     with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as tmp:
-        torch.save(model.state_dict(), tmp)
+        try:
+            torch.save(model.state_dict(), tmp)
+        except BaseException:  # a second Ctrl-C, a full disk: no half-written file left behind
+            os.unlink(tmp.name)
+            raise
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp.name, 0o666 & ~umask)  # mkstemp's 0600 would hide it from the group's other jobs
