@@ -200,7 +200,7 @@ def test_hf_policy_instantiates_from_a_local_dir(tiny_hf_dir):
 @pytest.mark.parametrize("option", GROUPS["reward"])
 def test_reward_option_builds_callables(option):
     cfg = _compose(f"reward={option}")
-    rewards = build_rewards(cfg.reward)
+    rewards = build_rewards(cfg.reward.functions, cfg.reward.truncated_max)
     assert isinstance(rewards, RewardSet)
     assert [f.name for f in rewards.functions] == list(cfg.reward.functions)
     prompts, completions, answers = ["1+2=", "1+2=", "1+2="], ["3", "4", "3333"], ["3", "3", "3"]

@@ -83,7 +83,7 @@ def build_module(cfg: Config, rank: int = 0) -> tuple[PolicyModule, dict[str, An
     module = PolicyModule(
         policy,
         task,
-        build_rewards(cfg.reward),
+        build_rewards(cfg.reward.functions, cfg.reward.truncated_max),
         instantiate(cfg.loss),
         rollout=cfg.rollout,
         advantage=cfg.advantage,

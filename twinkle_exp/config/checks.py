@@ -156,7 +156,8 @@ def _built_problems(cfg: DictConfig, plain: dict[str, Any]) -> Iterator[str]:
     from twinkle_exp.rewards import build_rewards
 
     try:
-        build_rewards(RewardConfig(**plain["reward"]))
+        reward = RewardConfig(**plain["reward"])
+        build_rewards(reward.functions, reward.truncated_max)
     except UserError as exc:
         yield str(exc)
     try:

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from twinkle_exp.config.schema import RewardConfig
 from twinkle_exp.errors import UserError
 
 RewardFn = Callable[[list[str], list[str], list[str]], list[float]]
@@ -139,12 +139,13 @@ def _checked(name: str, values: object, n: int) -> torch.Tensor:
     return values_t
 
 
-def build_rewards(reward_cfg: RewardConfig) -> RewardSet:
-    """The `reward` config group's terms, each `fn` built from its Hydra node (`_target_`)."""
+def build_rewards(functions: Mapping[str, Any], truncated_max: float | None) -> RewardSet:
+    """The `reward` config group's terms (`{name: term}`, each with a Hydra node `fn` (`_target_`) and a
+    `weight`), and its `truncated_max`. Takes the group's fields, not its schema: rewards/ imports no config."""
     from hydra.utils import instantiate
 
     terms = []
-    for name, term in reward_cfg.functions.items():
+    for name, term in functions.items():
         try:
             fn = instantiate(term.fn)
         except Exception as exc:
@@ -159,4 +160,4 @@ def build_rewards(reward_cfg: RewardConfig) -> RewardSet:
                 f"fn(prompts, completions, answers) (a plain function needs `_partial_: true`)"
             )
         terms.append(RewardFunction(name=str(name), fn=fn, weight=term.weight))
-    return RewardSet(terms, truncated_max=reward_cfg.truncated_max)
+    return RewardSet(terms, truncated_max=truncated_max)
