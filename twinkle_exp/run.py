@@ -13,7 +13,6 @@ import torch
 from hydra.utils import instantiate
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.rank_zero import rank_zero_only
-from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
@@ -21,10 +20,9 @@ from torch.utils.data import DataLoader
 from twinkle_exp import metric_names as M
 from twinkle_exp.config.checks import check_config
 from twinkle_exp.config.schema import Config, TrainerConfig
-from twinkle_exp.errors import UserError
-from twinkle_exp.lifecycle import resume, run_dir_guard, signals
-from twinkle_exp.lifecycle.checkpoints import CheckpointCallback, last_checkpoint, weights_digest
-from twinkle_exp.lifecycle.stopping import end_stopped_run
+from twinkle_exp.lifecycle import resume, signals
+from twinkle_exp.lifecycle.checkpoints import CheckpointCallback, weights_digest
+from twinkle_exp.lifecycle.session import RunSession
 from twinkle_exp.parallel.ranks import SameOutputDir, check_data_parallel, check_launch
 from twinkle_exp.parallel.strategy import lightning_strategy
 from twinkle_exp.policy.build import with_task_prompt_format
@@ -35,7 +33,7 @@ from twinkle_exp.tracking.end_summary import print_summary
 from twinkle_exp.tracking.loggers import build_loggers
 from twinkle_exp.tracking.metrics_file import truncate_rows
 from twinkle_exp.tracking.progress import RolloutProgressBar
-from twinkle_exp.tracking.run_json import JobInfo, RunStatus, read_run_json, run_wandb_id
+from twinkle_exp.tracking.run_json import JobInfo, read_run_json, run_wandb_id
 from twinkle_exp.training.module import PolicyModule
 from twinkle_exp.training.warmup import warm_start
 from twinkle_exp.training.warmup_cache import cache_key
@@ -101,178 +99,148 @@ class _TakeBackSignals(L.Callback):
         signals.reinstall()
 
 
-def _finished_before(job: JobInfo, start: resume.Start, max_steps: int) -> dict[str, Any] | None:
-    """The recorded result when this run directory already finished what is asked: nothing to do."""
-    previous = read_run_json(job.output_dir / "run.json")
-    own = start.checkpoint == last_checkpoint(job.output_dir)
-    if previous.get("status") == "finished" and own and start.step >= max_steps:
-        return previous.get("final")
-    return None
-
-
 def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
-    """Run one experiment; returns the figures of its summary. The job's files go to Hydra's output dir.
+    """Run one experiment: build -> warm-start -> fit -> finish; returns the figures of its summary.
 
-    Every rank runs this; global rank 0 alone writes run.json, the checkpoint and the summary.
-    `cfg.resume` (default "auto") continues the run directory's checkpoint when there is one.
+    The job's files go to Hydra's output dir. Every rank runs this; global rank 0 alone writes run.json,
+    the checkpoint and the summary. `cfg.resume` (default "auto") continues the directory's checkpoint.
+    How the run ends (finished, interrupted, failed, refused) is `RunSession`'s.
     """
     typed = typed or check_config(cfg)
     _quiet_lightning()
-    job = JobInfo.from_hydra()
-    # A start refused with a UserError before training puts back every file of the run directory.
-    before = run_dir_guard.snapshot(job.output_dir)
-    try:
-        start = resume.find_start(typed.resume, job.output_dir)
-        config = OmegaConf.to_container(cfg, resolve=True)
-        resume.check_config(start, config)  # before "nothing to do": another loss is another experiment
-    except UserError:
-        before.restore()
-        raise
-    done = _finished_before(job, start, typed.trainer.max_steps)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    session = RunSession(JobInfo.from_hydra(), typed.resume, config, typed.seed)
+    job, start = session.job, session.start
+    done = session.finished_before(typed.trainer.max_steps)
     if done is not None:
-        before.restore()  # Hydra's files would describe a config that did not run
-        log.warning("%s finished already (%d optimizer steps): nothing to do", job.output_dir, start.step)
         return done
-    resumed_from = start.checkpoint and str(start.checkpoint)
-    status: RunStatus | None = None
-    loggers: list[Any] = []
     began = time.time()
-    is_slurm = SLURMEnvironment.detect()
-    fitting = refused = False
-    try:
+    loggers: list[Any] = []
+    with session.running(loggers):
         resume.check_warmup_cache(start)
         # Before the trainer knows the rank, Lightning's guess from the launcher's environment decides.
         if rank_zero_only.rank == 0:  # rows logged after the checkpoint are dropped: the run logs them again
             truncate_rows(job.output_dir / "metrics.csv", start.csv_rows)
-        wandb_id = run_wandb_id(read_run_json(job.output_dir / "run.json"), resumed_from)
-        loggers = build_loggers(cfg, typed.logger, typed.sweep_name, job, wandb_id=wandb_id)
-        t = typed.trainer
-        updates_per_rollout = typed.optim.mu * typed.optim.num_minibatches
-        callbacks: list[Any] = [_TakeBackSignals()]
-        checkpoints = None
+        wandb_id = run_wandb_id(read_run_json(job.output_dir / "run.json"), session.resumed_from)
+        loggers += build_loggers(cfg, typed.logger, typed.sweep_name, job, wandb_id=wandb_id)
         # The trainer (and so the rank) comes before the module: the module's part is filled in below.
         run_info: dict[str, Any] = {"config": config, "reference_digest": None, "warmup": None}
-        if t.save_checkpoint:
-            checkpoints = CheckpointCallback(
-                job.output_dir, t.checkpoint_every, run_info, loggers[0].rows_written
-            )
-            callbacks.append(checkpoints)
-        if t.enable_progress_bar:
-            callbacks.append(RolloutProgressBar(updates_per_rollout))
-        trainer = L.Trainer(
-            max_steps=t.max_steps,
-            accelerator=t.accelerator,
-            devices=t.devices,
-            num_nodes=t.num_nodes,
-            strategy=lightning_strategy(t.strategy),
-            precision=t.precision,
-            logger=loggers,
-            callbacks=[*callbacks, SameOutputDir(job.output_dir)],
-            # Requeueing is done after the checkpoint at the step boundary (stopping.py), not by Lightning.
-            plugins=[SLURMEnvironment(auto_requeue=False)] if is_slurm else None,
-            enable_progress_bar=t.enable_progress_bar,
-            enable_checkpointing=False,
-            enable_model_summary=False,
-            default_root_dir=str(job.output_dir),
-            limit_val_batches=0,
-            num_sanity_val_steps=0,
-        )
-        check_launch(trainer, job.multirun)
-        check_data_parallel(trainer, t)
+        trainer, checkpoints = _build_trainer(typed, job, loggers, run_info, session.is_slurm)
         resume.check_world_size(start, trainer.world_size)
-        status = RunStatus(
-            job, typed.seed, resumed_from, start.step, write=trainer.is_global_zero, wandb_id=wandb_id
-        )
-        if signals.received() is not None:  # during the imports: nothing to lose, say so and go
-            end_stopped_run(status, job, signals.received(), start.step, start.checkpoint, is_slurm)
+        session.begin(write=trainer.is_global_zero, wandb_id=wandb_id)
+        session.stop_if_signalled(start.step, start.checkpoint)  # during the imports: nothing to lose
+
         module, warm = build_module(typed, rank=trainer.global_rank)
-        if signals.received() is not None:  # the warm-start stopped within a step and was not cached
-            end_stopped_run(status, job, signals.received(), start.step, start.checkpoint, is_slurm)
+        session.stop_if_signalled(start.step, start.checkpoint)  # the warm-start stopped, uncached
         reference_digest = weights_digest(module.reference)
         resume.check_reference(start, reference_digest)
         run_info.update(reference_digest=reference_digest, warmup=warm)
-        if start.checkpoint is not None:
-            log.warning("resuming from %s at optimizer step %d", start.checkpoint, start.step)
-        log.info("loss: %r", module.loss_fn)
-        L.seed_everything(typed.seed, verbose=False)
-        share = prompts_per_rank(typed.rollout.prompts_per_step, trainer.world_size)
-        stream = PromptStream(
-            module.task, share, typed.seed, rank=trainer.global_rank, start=start.rollouts_done
-        )
-        # A SIGTERM before on_train_start takes the handler back from Lightning makes Lightning raise an
-        # exception that would exit 0; the signal our handler recorded is dealt with below instead.
-        if signals.received() is None:  # else: a signal during the warm-start, stop before training
-            fitting = True
-            with contextlib.suppress(SIGTERMException):
-                trainer.fit(
-                    module,
-                    train_dataloaders=DataLoader(stream, batch_size=None),
-                    ckpt_path=None if start.checkpoint is None else str(start.checkpoint),
-                )
-        module.finish_cut_rollout()  # when resumed at max_steps, fit ran no hook that would have
+
+        _fit(trainer, module, typed, session)
         for logger in loggers:
             logger.save()
         # Stopped before it wrote a checkpoint of its own: the one it resumed from is still the latest.
         saved = checkpoints is not None and checkpoints.path.exists()
         checkpoint = checkpoints.path if saved else start.checkpoint
-        if trainer.global_step < t.max_steps and module.stop_reason is not None:
-            end_stopped_run(
-                status, job, module.stop_signal, trainer.global_step, checkpoint, is_slurm, module.stop_reason
-            )
-        if trainer.global_step < t.max_steps and signals.received() is not None:  # before training
-            end_stopped_run(status, job, signals.received(), trainer.global_step, checkpoint, is_slurm)
-        # The last training step validated already; with max_steps=0 this is also the first validation.
-        validated = module.last_val_step == trainer.global_step and trainer.global_step > 0
-        final = module.last_val if validated else module.log_validation()
-        first = module.first_val
-        for logger in loggers:
-            logger.save()
-        result = {
-            "accuracy_before": first[M.VAL_ACCURACY],
-            "accuracy_after": final[M.VAL_ACCURACY],
-            "steps": trainer.global_step,
-            "rollouts": module.rollouts_done,
-            "wall_time_s": round(time.time() - began, 1),
-            "output_dir": str(job.output_dir),
-            "metrics_csv": str(job.output_dir / "metrics.csv"),
-            "checkpoint": None if checkpoint is None else str(checkpoint),
-            "warmup": warm,
-        }
+        if trainer.global_step < typed.trainer.max_steps:
+            if module.stop_reason is not None:
+                session.stop(module.stop_signal, trainer.global_step, checkpoint, module.stop_reason)
+            session.stop_if_signalled(trainer.global_step, checkpoint)  # a signal before training
+
+        result = _final_figures(trainer, module, job, began, checkpoint, warm)
         if trainer.is_global_zero:
             # Dashboard figures (wandb summary, run.json) and checks for known traps, from the run's own CSV.
             result["summary"] = summarize_run(
                 job.output_dir / "metrics.csv", cfg, result["wall_time_s"], loggers
             )
-        status.finish("finished", final={k: v for k, v in result.items() if k != "warmup"})
+        session.finish({k: v for k, v in result.items() if k != "warmup"})
         if trainer.is_global_zero:
-            print_summary(
-                result,
-                module.loss_fn,
-                [lg for lg in loggers if not getattr(lg, "failure", None)],
-                smoke_run="debug" in job.choices,
-            )
+            healthy = [lg for lg in loggers if not getattr(lg, "failure", None)]
+            print_summary(result, module.loss_fn, healthy, smoke_run="debug" in job.choices)
             print_warnings(result["summary"])
         return result
-    except BaseException as exc:
-        refused = isinstance(exc, UserError) and not fitting
-        if refused:  # nothing ran: the run directory goes back to what it was (below, after wandb)
-            raise
-        # Before the trainer knows the rank, Lightning's guess from the launcher's environment decides.
-        status = status or RunStatus(
-            job, typed.seed, resumed_from, start.step, write=rank_zero_only.rank == 0
-        )
-        if status.data["status"] == "running":  # end_stopped_run has recorded its own ending
-            ended = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-            status.finish(ended, error=f"{type(exc).__name__}: {exc}")
-        raise
-    finally:
-        signals.restore()
-        if any(isinstance(logger, WandbLogger) for logger in loggers):
-            import wandb
 
-            try:
-                wandb.finish()
-            except Exception as exc:  # the run's outcome is already recorded; wandb's failure is not it
-                log.warning("wandb.finish failed: %s", exc)
-        if refused:
-            before.restore()
+
+def _build_trainer(
+    typed: Config, job: JobInfo, loggers: list[Any], run_info: dict[str, Any], is_slurm: bool
+) -> tuple[L.Trainer, CheckpointCallback | None]:
+    """The Lightning Trainer of `typed.trainer`, checked for a launch that would not do what was asked."""
+    t = typed.trainer
+    callbacks: list[Any] = [_TakeBackSignals()]
+    checkpoints = None
+    if t.save_checkpoint:
+        checkpoints = CheckpointCallback(
+            job.output_dir, t.checkpoint_every, run_info, loggers[0].rows_written
+        )
+        callbacks.append(checkpoints)
+    if t.enable_progress_bar:
+        callbacks.append(RolloutProgressBar(typed.optim.mu * typed.optim.num_minibatches))
+    trainer = L.Trainer(
+        max_steps=t.max_steps,
+        accelerator=t.accelerator,
+        devices=t.devices,
+        num_nodes=t.num_nodes,
+        strategy=lightning_strategy(t.strategy),
+        precision=t.precision,
+        logger=loggers,
+        callbacks=[*callbacks, SameOutputDir(job.output_dir)],
+        # Requeueing is done after the checkpoint at the step boundary (stopping.py), not by Lightning.
+        plugins=[SLURMEnvironment(auto_requeue=False)] if is_slurm else None,
+        enable_progress_bar=t.enable_progress_bar,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        default_root_dir=str(job.output_dir),
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+    )
+    check_launch(trainer, job.multirun)
+    check_data_parallel(trainer, t)
+    return trainer, checkpoints
+
+
+def _fit(trainer: L.Trainer, module: PolicyModule, typed: Config, session: RunSession) -> None:
+    start = session.start
+    if start.checkpoint is not None:
+        log.warning("resuming from %s at optimizer step %d", start.checkpoint, start.step)
+    log.info("loss: %r", module.loss_fn)
+    L.seed_everything(typed.seed, verbose=False)
+    share = prompts_per_rank(typed.rollout.prompts_per_step, trainer.world_size)
+    stream = PromptStream(module.task, share, typed.seed, rank=trainer.global_rank, start=start.rollouts_done)
+    # A SIGTERM before on_train_start takes the handler back from Lightning makes Lightning raise an
+    # exception that would exit 0; the signal our handler recorded is dealt with by the caller instead.
+    if signals.received() is None:
+        session.fitting = True
+        with contextlib.suppress(SIGTERMException):
+            trainer.fit(
+                module,
+                train_dataloaders=DataLoader(stream, batch_size=None),
+                ckpt_path=None if start.checkpoint is None else str(start.checkpoint),
+            )
+    module.finish_cut_rollout()  # when resumed at max_steps, fit ran no hook that would have
+
+
+def _final_figures(
+    trainer: L.Trainer,
+    module: PolicyModule,
+    job: JobInfo,
+    began: float,
+    checkpoint: Any,
+    warm: dict[str, Any],
+) -> dict[str, Any]:
+    """The run's result; validates once more unless its last training step already did."""
+    # With max_steps=0 this is also the first validation.
+    validated = module.last_val_step == trainer.global_step and trainer.global_step > 0
+    final = module.last_val if validated else module.log_validation()
+    for logger in trainer.loggers:
+        logger.save()
+    return {
+        "accuracy_before": module.first_val[M.VAL_ACCURACY],
+        "accuracy_after": final[M.VAL_ACCURACY],
+        "steps": trainer.global_step,
+        "rollouts": module.rollouts_done,
+        "wall_time_s": round(time.time() - began, 1),
+        "output_dir": str(job.output_dir),
+        "metrics_csv": str(job.output_dir / "metrics.csv"),
+        "checkpoint": None if checkpoint is None else str(checkpoint),
+        "warmup": warm,
+    }

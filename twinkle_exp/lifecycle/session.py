@@ -1,0 +1,133 @@
+"""`RunSession`: one run's start checks, its status in run.json, and every way it ends, in one place.
+
+A run ends in one of four ways, and each is written here once:
+- refused: a `UserError` before training started. Nothing ran, so the run directory goes back to exactly
+  what it was (`run_dir_guard`) and run.json is not touched;
+- finished: `finish` records the final figures;
+- interrupted: a signal, recorded with the step, the checkpoint and the command that resumes it
+  (`stop_if_signalled`, `stop`), then the process exits 128 + the signal;
+- failed: anything else, or too many non-finite steps in a row.
+`run.train` builds, warm-starts and fits inside `with session.running():`, which turns an exception into
+the right one of these.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+from twinkle_exp.errors import UserError
+from twinkle_exp.lifecycle import resume, run_dir_guard, signals
+from twinkle_exp.lifecycle.checkpoints import last_checkpoint
+from twinkle_exp.lifecycle.stopping import end_stopped_run
+from twinkle_exp.tracking.run_json import JobInfo, RunStatus, read_run_json
+
+log = logging.getLogger(__name__)
+
+
+class RunSession:
+    """The run in `job.output_dir`: where it starts (`start`), and its run.json status once it has one."""
+
+    def __init__(self, job: JobInfo, resume_setting: str | None, config: dict[str, Any], seed: int):
+        self.job = job
+        self.seed = seed
+        self.is_slurm = SLURMEnvironment.detect()
+        self.status: RunStatus | None = None
+        self.fitting = False  # once training started, a UserError is a failure, not a refusal
+        # A start refused with a UserError before training puts back every file of the run directory.
+        self._before = run_dir_guard.snapshot(job.output_dir)
+        with self._restored_if_refused():
+            self.start = resume.find_start(resume_setting, job.output_dir)
+            resume.check_config(self.start, config)  # before "nothing to do": another loss is another run
+
+    @property
+    def resumed_from(self) -> str | None:
+        return self.start.checkpoint and str(self.start.checkpoint)
+
+    @contextlib.contextmanager
+    def _restored_if_refused(self) -> Iterator[None]:
+        try:
+            yield
+        except UserError:
+            self._before.restore()
+            raise
+
+    def finished_before(self, max_steps: int) -> dict[str, Any] | None:
+        """The recorded figures when this directory already finished what is asked (then it is left as it
+        was: Hydra's files would describe a config that did not run), else None."""
+        previous = read_run_json(self.job.output_dir / "run.json")
+        own = self.start.checkpoint == last_checkpoint(self.job.output_dir)
+        if previous.get("status") == "finished" and own and self.start.step >= max_steps:
+            self._before.restore()
+            log.warning(
+                "%s finished already (%d optimizer steps): nothing to do",
+                self.job.output_dir,
+                self.start.step,
+            )
+            return previous.get("final")
+        return None
+
+    def begin(self, write: bool, wandb_id: str) -> None:
+        """run.json says "running" from here on (`write`: this process is global rank 0)."""
+        self.status = RunStatus(
+            self.job, self.seed, self.resumed_from, self.start.step, write=write, wandb_id=wandb_id
+        )
+
+    def stop_if_signalled(self, step: int, checkpoint: Path | None) -> None:
+        """End the run as interrupted when a signal came (during the imports or the warm-start)."""
+        if signals.received() is not None:
+            self.stop(signals.received(), step, checkpoint)
+
+    def stop(self, signum: int | None, step: int, checkpoint: Path | None, reason: str = "") -> None:
+        """Record a run stopped before its last step (a signal, or `reason` for non-finite values) and exit."""
+        assert self.status is not None, "begin() first"
+        end_stopped_run(self.status, self.job, signum, step, checkpoint, self.is_slurm, reason)
+
+    def finish(self, final: dict[str, Any]) -> None:
+        assert self.status is not None, "begin() first"
+        self.status.finish("finished", final=final)
+
+    @contextlib.contextmanager
+    def running(self, loggers: list[Any]) -> Iterator[None]:
+        """Around everything from the start checks to the summary: an exception ends the run as refused,
+        interrupted or failed; the signal handlers and wandb are closed whatever happens."""
+        refused = False
+        try:
+            yield
+        except BaseException as exc:
+            refused = isinstance(exc, UserError) and not self.fitting
+            if not refused:
+                self._record_ending(exc)
+            raise
+        finally:
+            signals.restore()
+            _finish_wandb(loggers)
+            if refused:  # nothing ran: the run directory goes back to what it was, after wandb closed
+                self._before.restore()
+
+    def _record_ending(self, exc: BaseException) -> None:
+        # Before the trainer knows the rank, Lightning's guess from the launcher's environment decides.
+        if self.status is None:
+            self.begin(write=rank_zero_only.rank == 0, wandb_id=None)
+        if self.status.data["status"] == "running":  # a stop has recorded its own ending
+            ended = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            self.status.finish(ended, error=f"{type(exc).__name__}: {exc}")
+
+
+def _finish_wandb(loggers: list[Any]) -> None:
+    from lightning.pytorch.loggers import WandbLogger
+
+    if not any(isinstance(logger, WandbLogger) for logger in loggers):
+        return
+    import wandb
+
+    try:
+        wandb.finish()
+    except Exception as exc:  # the run's outcome is already recorded; wandb's failure is not it
+        log.warning("wandb.finish failed: %s", exc)
