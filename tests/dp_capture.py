@@ -80,10 +80,10 @@ class Recorder:
                 data["grads"] = {n: _full(p.grad) for n, p in module.policy.named_parameters()}
             return before_step(module, optimizer)
 
-        def greedy_generate(model, tokenizer, prompts, **kwargs):
-            if kwargs.get("greedy"):
+        def greedy_generate(model, tokenizer, prompts, options, **kwargs):
+            if options.greedy:
                 data["val_prompts"].extend(prompts)
-            return generate(model, tokenizer, prompts, **kwargs)
+            return generate(model, tokenizer, prompts, options, **kwargs)
 
         patch(PolicyModule, "training_step", training_step)
         patch(PolicyModule, "_rollout", _rollout)

@@ -8,7 +8,7 @@ from hf_helpers import tiny_mistral, tiny_qwen2, with_lora
 
 from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model
 from twinkle_exp.sampling import cascade
-from twinkle_exp.sampling.generate import generate
+from twinkle_exp.sampling.generate import Decoding, SamplingOptions, generate
 
 transformers = pytest.importorskip("transformers")
 
@@ -31,16 +31,14 @@ def lora_llama():
     return with_lora(llama(), ["q_proj", "v_proj"])  # adapters that change the keys and values
 
 
-def sample(model, cascade_attention: bool, **kwargs):
+def sample(model, cascade_attention: bool | None, **kwargs):
     return generate(
         model,
         TOK,
         PROMPTS,
-        group_size=GROUP,
-        max_new_tokens=16,
-        temperature=4.0,
+        SamplingOptions(max_new_tokens=16, group_size=GROUP, temperature=4.0),
         generator=torch.Generator().manual_seed(0),
-        cascade_attention=cascade_attention,
+        decoding={True: Decoding.CASCADE, False: Decoding.COPIED, None: None}[cascade_attention],
         **kwargs,
     )
 

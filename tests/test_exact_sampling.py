@@ -7,7 +7,7 @@ import torch
 from scipy.stats import chisquare
 from test_rollout import PROMPTS, TOK, full_forward_logps, tiny_model
 
-from twinkle_exp.sampling.generate import draw, draw_from_probs, filter_logits, generate
+from twinkle_exp.sampling.generate import SamplingOptions, draw, draw_from_probs, filter_logits, generate
 
 QWEN_VOCAB = 151_936
 
@@ -92,8 +92,10 @@ def test_rows_without_finite_mass_still_give_a_token_in_range(bad, vocab):
 def test_tiny_temperature_is_greedy_with_finite_log_probs():
     """logits / 1e-40 overflowed float32 to inf, and the softmax to NaN everywhere."""
     model = tiny_model()
-    greedy = generate(model, TOK, PROMPTS, max_new_tokens=5, greedy=True)
-    cold = generate(model, TOK, PROMPTS, max_new_tokens=5, temperature=1e-40, generator=torch.Generator())
+    greedy = generate(model, TOK, PROMPTS, SamplingOptions(max_new_tokens=5, greedy=True))
+    cold = generate(
+        model, TOK, PROMPTS, SamplingOptions(max_new_tokens=5, temperature=1e-40), generator=torch.Generator()
+    )
     assert torch.equal(greedy.input_ids, cold.input_ids)
     assert torch.isfinite(cold.old_logps).all()
 
@@ -101,21 +103,25 @@ def test_tiny_temperature_is_greedy_with_finite_log_probs():
 @pytest.mark.parametrize("temperature", [float("inf"), float("nan")])
 def test_non_finite_temperature_is_refused(temperature):
     with pytest.raises(ValueError, match="temperature"):
-        generate(tiny_model(), TOK, ["ab"], max_new_tokens=2, temperature=temperature)
+        generate(tiny_model(), TOK, ["ab"], SamplingOptions(max_new_tokens=2, temperature=temperature))
 
 
 def test_tiny_top_p_is_greedy():
     model = tiny_model()
-    greedy = generate(model, TOK, PROMPTS, max_new_tokens=5, greedy=True)
-    sampled = generate(model, TOK, PROMPTS, max_new_tokens=5, top_p=1e-12, generator=torch.Generator())
+    greedy = generate(model, TOK, PROMPTS, SamplingOptions(max_new_tokens=5, greedy=True))
+    sampled = generate(
+        model, TOK, PROMPTS, SamplingOptions(max_new_tokens=5, top_p=1e-12), generator=torch.Generator()
+    )
     assert torch.equal(greedy.input_ids, sampled.input_ids)
 
 
 def test_top_k_beyond_the_vocabulary_filters_nothing():
     model = tiny_model()
     kw = dict(group_size=2, max_new_tokens=6, temperature=0.8)
-    plain = generate(model, TOK, PROMPTS, generator=torch.Generator().manual_seed(4), **kw)
-    wide = generate(model, TOK, PROMPTS, top_k=10**9, generator=torch.Generator().manual_seed(4), **kw)
+    plain = generate(model, TOK, PROMPTS, SamplingOptions(**kw), generator=torch.Generator().manual_seed(4))
+    wide = generate(
+        model, TOK, PROMPTS, SamplingOptions(**kw, top_k=10**9), generator=torch.Generator().manual_seed(4)
+    )
     assert torch.equal(plain.input_ids, wide.input_ids) and wide.filtered_mass is None
 
 
@@ -124,10 +130,7 @@ def test_filtered_mass_is_the_removed_softmax_mass():
     forward pass over the sampled batch computes it."""
     model = tiny_model()
     t, k, p = 0.7, 5, 0.9
-    b = generate(
-        model, TOK, PROMPTS, group_size=3, max_new_tokens=6, temperature=t, top_k=k, top_p=p,
-        generator=torch.Generator().manual_seed(0),
-    )  # fmt: skip
+    b = generate(model, TOK, PROMPTS, SamplingOptions(max_new_tokens=6, group_size=3, temperature=t, top_k=k, top_p=p), generator=torch.Generator().manual_seed(0))  # fmt: skip
     logits = model(b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids).logits
     scaled = logits.float()[:, :-1] / t  # [N, T - 1, V], position i predicts token i + 1
     flat = scaled.reshape(-1, scaled.shape[-1])
@@ -143,5 +146,5 @@ def test_filtered_mass_is_the_removed_softmax_mass():
 
 
 def test_no_filter_no_filtered_mass():
-    b = generate(tiny_model(), TOK, PROMPTS, max_new_tokens=3, generator=torch.Generator())
+    b = generate(tiny_model(), TOK, PROMPTS, SamplingOptions(max_new_tokens=3), generator=torch.Generator())
     assert b.filtered_mass is None

@@ -9,6 +9,7 @@ from hf_helpers import small_qwen2
 from twinkle_exp.models import CharTokenizer, build_tiny_hf_model
 from twinkle_exp.models.kv_cache import preallocate
 from twinkle_exp.sampling import generate
+from twinkle_exp.sampling.generate import Decoding, SamplingOptions
 
 TOK = CharTokenizer()
 PROMPTS = ["1+2=", "hello world", "1+2=", "abc"]
@@ -29,18 +30,15 @@ def sample(model, **kwargs):
         model,
         TOK,
         PROMPTS,
-        group_size=3,
-        max_new_tokens=8,
-        temperature=1.5,
+        SamplingOptions(max_new_tokens=8, group_size=3, temperature=1.5),
         generator=gen,
-        cascade_attention=False,
-        **kwargs,
+        **({"decoding": Decoding.COPIED} | kwargs),
     )
 
 
 @pytest.mark.parametrize("build", [qwen2, llama], ids=["qwen2", "llama"])
-@pytest.mark.parametrize("shared_prefill", [True, False])
-def test_sampling_is_unchanged_by_the_preallocated_cache(build, shared_prefill, monkeypatch):
+@pytest.mark.parametrize("decoding", [Decoding.COPIED, Decoding.PER_ROW])
+def test_sampling_is_unchanged_by_the_preallocated_cache(build, decoding, monkeypatch):
     pytest.importorskip("transformers")
     model = build()
     layer_kinds = []
@@ -51,10 +49,10 @@ def test_sampling_is_unchanged_by_the_preallocated_cache(build, shared_prefill, 
         return cache
 
     monkeypatch.setattr(generate, "preallocate", spy)
-    fast = sample(model, shared_prefill=shared_prefill)
+    fast = sample(model, decoding=decoding)
     assert layer_kinds == [{"InPlaceLayer"}]
     monkeypatch.setattr(generate, "preallocate", lambda cache, capacity: cache)  # torch.cat every token
-    slow = sample(model, shared_prefill=shared_prefill)
+    slow = sample(model, decoding=decoding)
     assert torch.equal(fast.input_ids, slow.input_ids)
     torch.testing.assert_close(fast.old_logps, slow.old_logps, atol=1e-6, rtol=1e-6)
 

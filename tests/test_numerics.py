@@ -20,7 +20,7 @@ from twinkle_exp.loss import metric_keys as K
 from twinkle_exp.models import CharTokenizer
 from twinkle_exp.policy.build import Policy
 from twinkle_exp.rewards import RewardFunction, RewardSet, exact_match
-from twinkle_exp.sampling.generate import generate
+from twinkle_exp.sampling.generate import SamplingOptions, generate
 from twinkle_exp.tasks import ReverseTask
 from twinkle_exp.training.warmup import supervised_train
 
@@ -141,7 +141,7 @@ class Scripted(nn.Module):
 def _sample(text_ids: list[int], max_new_tokens: int):
     prompt = "rev:abc="
     model = Scripted(text_ids, prompt_len=len(prompt) + 1)  # + BOS
-    return generate(model, TOK, [prompt], max_new_tokens=max_new_tokens, greedy=True), prompt
+    return generate(model, TOK, [prompt], SamplingOptions(max_new_tokens=max_new_tokens, greedy=True)), prompt
 
 
 def test_special_tokens_inside_a_completion_are_kept_for_the_reward():

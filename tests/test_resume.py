@@ -87,12 +87,12 @@ def test_the_checkpoint_holds_every_state_a_resume_needs(tmp_path):
     assert saved["optimizer_states"][0]["state"], "the optimizer's moments"
     assert saved["lr_schedulers"][0]["last_epoch"] == 3
     state = saved["twinkle_module"]
-    assert state["rollouts_done"] == 0 and state["first_val"] == module.first_val
+    assert state["rollouts_done"] == 0 and state["first_val"] == module.validation.first
     assert state["nonfinite"] == {"skipped": 0, "consecutive": 0, "first": None}
     [own] = state["per_rank"]
     assert set(own["global_rng"]) >= {"torch", "python", "numpy"}
-    assert torch.equal(own["sampler"], module._sampler.get_state())
-    assert torch.equal(own["shuffler"], module._shuffler.get_state())
+    assert torch.equal(own["sampler"], module.generators.sampler.get_state())
+    assert torch.equal(own["shuffler"], module.generators.shuffler.get_state())
     plan = UpdatePlan.from_state_dict(own["pending"])
     assert plan.next_step == 3 and len(plan.steps) == 4
     assert plan.prompts == module.pending.prompts

@@ -6,7 +6,7 @@ from sampling_helpers import EosAtPosition
 from torch import nn
 
 from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model, encode_prompt
-from twinkle_exp.sampling.generate import draw, filter_logits, generate
+from twinkle_exp.sampling.generate import SamplingOptions, draw, filter_logits, generate
 
 TOK = CharTokenizer()
 PROMPTS = ["1+2=", "hello world", "", "abc"]
@@ -28,7 +28,7 @@ def full_forward_logps(model, batch, temperature: float) -> torch.Tensor:  # [N,
 
 def test_batch_layout_is_consistent():
     g = torch.Generator().manual_seed(0)
-    b = generate(tiny_model(), TOK, PROMPTS, group_size=3, max_new_tokens=6, generator=g)
+    b = generate(tiny_model(), TOK, PROMPTS, SamplingOptions(max_new_tokens=6, group_size=3), generator=g)
     n = len(PROMPTS) * 3
     encoded = [encode_prompt(TOK, p) for p in PROMPTS]
     p = max(map(len, encoded))
@@ -61,7 +61,7 @@ def make_model(kind: str) -> nn.Module:
 def test_eos_stops_and_pads_after(kind):
     # Prompt lengths with BOS: 5, 12, 1, 4 -> EOS at position 8 leaves 3, 1 (EOS at once), 7, 4 tokens + EOS.
     model = EosAtPosition(make_model(kind), stop=8)
-    b = generate(model, TOK, PROMPTS, max_new_tokens=10)
+    b = generate(model, TOK, PROMPTS, SamplingOptions(max_new_tokens=10))
     assert b.truncated.tolist() == [False] * 4
     assert b.completion_lengths.tolist() == [4, 1, 8, 5]
     assert b.input_ids.shape[1] == 12 + 8  # stopped early: no column after the last EOS
@@ -79,7 +79,7 @@ def test_eos_stops_and_pads_after(kind):
 
 
 def test_truncated_when_no_eos():
-    b = generate(EosAtPosition(tiny_model(), stop=8), TOK, PROMPTS, max_new_tokens=3)
+    b = generate(EosAtPosition(tiny_model(), stop=8), TOK, PROMPTS, SamplingOptions(max_new_tokens=3))
     # Row 0 would emit EOS as its 4th token: 3 tokens without EOS still count as truncated.
     assert b.truncated.tolist() == [True, False, True, True]
     assert b.completion_lengths.tolist() == [3, 1, 3, 3]
@@ -90,7 +90,7 @@ def test_truncated_when_no_eos():
 
 def test_seeded_sampling_is_reproducible():
     model = tiny_model()
-    kw = dict(group_size=2, max_new_tokens=8, temperature=0.9, top_p=0.95)
+    kw = dict(options=SamplingOptions(group_size=2, max_new_tokens=8, temperature=0.9, top_p=0.95))
     a = generate(model, TOK, PROMPTS, generator=torch.Generator().manual_seed(7), **kw)
     b = generate(model, TOK, PROMPTS, generator=torch.Generator().manual_seed(7), **kw)
     c = generate(model, TOK, PROMPTS, generator=torch.Generator().manual_seed(8), **kw)
@@ -100,7 +100,9 @@ def test_seeded_sampling_is_reproducible():
 
 def test_greedy_equals_argmax():
     model = tiny_model()
-    b = generate(model, TOK, PROMPTS, group_size=2, max_new_tokens=6, greedy=True, temperature=0.3)
+    b = generate(
+        model, TOK, PROMPTS, SamplingOptions(max_new_tokens=6, group_size=2, temperature=0.3, greedy=True)
+    )
     logits = model(b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids).logits
     on = (b.labels != -100)[:, 1:]
     assert torch.equal(logits[:, :-1].argmax(-1)[on], b.labels[:, 1:][on])
@@ -112,9 +114,13 @@ def test_greedy_equals_argmax():
 
 def test_top_k_one_is_greedy():
     model = tiny_model()
-    greedy = generate(model, TOK, PROMPTS, max_new_tokens=5, greedy=True)
+    greedy = generate(model, TOK, PROMPTS, SamplingOptions(max_new_tokens=5, greedy=True))
     sampled = generate(
-        model, TOK, PROMPTS, max_new_tokens=5, top_k=1, generator=torch.Generator().manual_seed(0)
+        model,
+        TOK,
+        PROMPTS,
+        SamplingOptions(max_new_tokens=5, top_k=1),
+        generator=torch.Generator().manual_seed(0),
     )
     assert torch.equal(greedy.input_ids, sampled.input_ids)
 
@@ -152,7 +158,11 @@ def test_old_logps_match_full_forward(kind):
     model = EosAtPosition(make_model(kind), stop=9)
     g = torch.Generator().manual_seed(1)
     b = generate(
-        model, TOK, PROMPTS, group_size=3, max_new_tokens=8, temperature=0.7, top_k=20, top_p=0.9, generator=g
+        model,
+        TOK,
+        PROMPTS,
+        SamplingOptions(max_new_tokens=8, group_size=3, temperature=0.7, top_k=20, top_p=0.9),
+        generator=g,
     )
     assert not b.truncated.all() and b.truncated.any()  # the check covers stopped and running rows
     on = b.labels != -100
@@ -177,4 +187,4 @@ def test_old_logps_match_full_forward(kind):
 def test_argument_validation(kwargs, name):
     args = dict(max_new_tokens=4) | kwargs
     with pytest.raises(ValueError, match=name):
-        generate(tiny_model(), TOK, ["ab"], **args)
+        generate(tiny_model(), TOK, ["ab"], SamplingOptions(**args))

@@ -9,12 +9,12 @@ from hf_helpers import small_qwen2
 from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model
 from twinkle_exp.models.kv_cache import distinct_rows, select_cache_rows
 from twinkle_exp.policy.logprobs import sequence_logps
-from twinkle_exp.sampling.generate import generate
+from twinkle_exp.sampling.generate import Decoding, SamplingOptions, generate
 
 TOK = CharTokenizer()
 # a repeated prompt, different lengths, one empty (BOS only)
 PROMPTS = ["1+2=", "hello world", "1+2=", "", "abc"]
-SAMPLING = dict(group_size=3, max_new_tokens=6, temperature=0.9, top_p=0.95)
+SAMPLING = SamplingOptions(group_size=3, max_new_tokens=6, temperature=0.9, top_p=0.95)
 
 
 def make_model(kind: str):
@@ -44,9 +44,9 @@ def prefill_batch_sizes(model) -> list[int]:
 def test_same_samples_and_logps_as_prefilling_every_row(kind):
     model = make_model(kind)
     sizes = prefill_batch_sizes(model)
-    shared = generate(model, TOK, PROMPTS, generator=torch.Generator().manual_seed(3), **SAMPLING)
+    shared = generate(model, TOK, PROMPTS, SAMPLING, generator=torch.Generator().manual_seed(3))
     every = generate(
-        model, TOK, PROMPTS, generator=torch.Generator().manual_seed(3), shared_prefill=False, **SAMPLING
+        model, TOK, PROMPTS, SAMPLING, generator=torch.Generator().manual_seed(3), decoding=Decoding.PER_ROW
     )
     assert sizes == [4, 15]  # 4 distinct prompts once, against 5 prompts x 3 samples
     for field in ("input_ids", "attention_mask", "position_ids", "labels", "truncated", "prompt_index"):
@@ -58,9 +58,9 @@ def test_same_samples_and_logps_as_prefilling_every_row(kind):
 @pytest.mark.parametrize("kind", ["tiny", "qwen2"])
 def test_old_logps_match_a_full_forward(kind):
     model = make_model(kind)
-    b = generate(model, TOK, PROMPTS, generator=torch.Generator().manual_seed(4), **SAMPLING)
+    b = generate(model, TOK, PROMPTS, SAMPLING, generator=torch.Generator().manual_seed(4))
     logps, _ = sequence_logps(
-        model, b.input_ids, b.attention_mask, b.position_ids, b.labels, temperature=SAMPLING["temperature"]
+        model, b.input_ids, b.attention_mask, b.position_ids, b.labels, temperature=SAMPLING.temperature
     )
     on = b.labels != -100
     assert on.any()
@@ -70,8 +70,14 @@ def test_old_logps_match_a_full_forward(kind):
 def test_greedy_with_distinct_prompts_prefills_each_once():
     model = make_model("tiny")
     sizes = prefill_batch_sizes(model)
-    b = generate(model, TOK, ["ab", "abc", "b"], max_new_tokens=3, greedy=True)
-    ref = generate(model, TOK, ["ab", "abc", "b"], max_new_tokens=3, greedy=True, shared_prefill=False)
+    b = generate(model, TOK, ["ab", "abc", "b"], SamplingOptions(max_new_tokens=3, greedy=True))
+    ref = generate(
+        model,
+        TOK,
+        ["ab", "abc", "b"],
+        SamplingOptions(max_new_tokens=3, greedy=True),
+        decoding=Decoding.PER_ROW,
+    )
     assert sizes == [3, 3]
     assert torch.equal(b.input_ids, ref.input_ids)
 
@@ -90,5 +96,5 @@ def test_select_cache_rows_formats():
     cache.update(k, k + 1, layer_idx=0)
     assert select_cache_rows(cache, index) is cache
     assert torch.equal(cache.layers[0].keys, k[[1, 1, 0]])
-    with pytest.raises(TypeError, match="shared_prefill=False"):
+    with pytest.raises(TypeError, match="decoding=Decoding.PER_ROW"):
         select_cache_rows(object(), index)

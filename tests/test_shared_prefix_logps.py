@@ -11,7 +11,7 @@ from twinkle_exp.models import CharTokenizer, TinyCausalLM, build_tiny_hf_model
 from twinkle_exp.policy import shared_prefix
 from twinkle_exp.policy.logprobs import sequence_logps
 from twinkle_exp.policy.shared_prefix import PrefixIndex, can_share, should_share
-from twinkle_exp.sampling.generate import generate
+from twinkle_exp.sampling.generate import SamplingOptions, generate
 
 TEMPERATURE = 1.3
 TOKENIZER = CharTokenizer()
@@ -43,9 +43,7 @@ def rollout(model, max_new_tokens: int = 5):
         EosAtPosition(model, stop=8),
         TOKENIZER,
         PROMPTS,
-        group_size=3,
-        max_new_tokens=max_new_tokens,
-        temperature=4.0,
+        SamplingOptions(max_new_tokens=max_new_tokens, group_size=3, temperature=4.0),
         generator=gen,
     )
 

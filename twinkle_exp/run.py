@@ -229,12 +229,12 @@ def _final_figures(
 ) -> dict[str, Any]:
     """The run's result; validates once more unless its last training step already did."""
     # With max_steps=0 this is also the first validation.
-    validated = module.last_val_step == trainer.global_step and trainer.global_step > 0
-    final = module.last_val if validated else module.log_validation()
+    validated = module.validation.last_step == trainer.global_step and trainer.global_step > 0
+    final = module.validation.last if validated else module.log_validation()
     for logger in trainer.loggers:
         logger.save()
     return {
-        "accuracy_before": module.first_val[M.VAL_ACCURACY],
+        "accuracy_before": module.validation.first[M.VAL_ACCURACY],
         "accuracy_after": final[M.VAL_ACCURACY],
         "steps": trainer.global_step,
         "rollouts": module.rollouts_done,

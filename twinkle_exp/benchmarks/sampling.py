@@ -7,8 +7,8 @@ The model is built from a config (hidden 128, 4 layers, the character vocabulary
 Four methods, same model, same prompts, same settings (temperature 1, no top-k, no top-p):
 - `cascade`: `rollout.generate`, each distinct prompt prefilled once and its keys and values read once per
   group at every decoding step (cascade attention, `cascade.py`);
-- `shared`: `rollout.generate(cascade_attention=False)`, the prompt's KV cache copied to its samples;
-- `per_row`: `rollout.generate(shared_prefill=False)`, every sample prefilled (the sampler before both);
+- `shared`: `generate(decoding=Decoding.COPIED)`, the prompt's KV cache copied to its samples;
+- `per_row`: `generate(decoding=Decoding.PER_ROW)`, every sample prefilled (the sampler before both);
 - `hf_generate`: `model.generate(do_sample=True, num_return_sequences=G)`.
 EOS is switched off for all three so that every row samples exactly `--new-tokens` tokens, and tokens/s =
 rows x new tokens / seconds. Our sampler also computes each token's log-prob (the loss's old_logps);
@@ -29,7 +29,7 @@ import torch
 
 from twinkle_exp.benchmarks.harness import load_average, measure_in_child, median, print_child_result
 from twinkle_exp.models import CharTokenizer, encode_prompt
-from twinkle_exp.sampling.generate import generate, left_pad
+from twinkle_exp.sampling.generate import Decoding, SamplingOptions, generate, left_pad
 
 METHODS = ("cascade", "shared", "per_row", "hf_generate")
 
@@ -86,6 +86,10 @@ def make_prompts(n: int, max_chars: int, seed: int = 0) -> list[str]:
     return ["".join(rng.choices(alphabet, k=rng.randint(max_chars // 2, max_chars))) for _ in range(n)]
 
 
+# Each of the sampler's three ways to decode, by the method name the benchmark prints.
+DECODINGS = {"cascade": Decoding.CASCADE, "shared": Decoding.COPIED, "per_row": Decoding.PER_ROW}
+
+
 def sample(method: str, model, tokenizer, prompts: list[str], spec: dict, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
     if method in ("cascade", "shared", "per_row"):
@@ -93,12 +97,11 @@ def sample(method: str, model, tokenizer, prompts: list[str], spec: dict, seed: 
             model,
             tokenizer,
             prompts,
-            group_size=spec["group_size"],
-            max_new_tokens=spec["new_tokens"],
-            temperature=1.0,
+            SamplingOptions(
+                max_new_tokens=spec["new_tokens"], group_size=spec["group_size"], temperature=1.0
+            ),
             generator=gen,
-            shared_prefill=method != "per_row",
-            cascade_attention=method == "cascade",
+            decoding=DECODINGS[method],
         )
         return
     ids, mask = left_pad([encode_prompt(tokenizer, p) for p in prompts], tokenizer.pad_token_id, "cpu")

@@ -37,7 +37,7 @@ def select_cache_rows(cache: Any, index: torch.Tensor) -> Any:
     if select is None:
         raise TypeError(
             f"cannot share a prefill through a {type(cache).__name__}: it has no batch_select_indices; "
-            "pass shared_prefill=False to generate"
+            "pass decoding=Decoding.PER_ROW to generate"
         )
     select(index)
     return cache

@@ -10,6 +10,7 @@ old name warns and is due to go), so ``forward_with_cache`` picks whichever name
 from __future__ import annotations
 
 import contextlib
+import enum
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -238,6 +239,41 @@ class _CascadeDecoder:
         return out.logits[:, -1]
 
 
+class Decoding(enum.Enum):
+    """How the prompts' keys and values reach the decoding steps; every way samples the same tokens.
+
+    `CASCADE` keeps each group's prompt once and attends to it as a group (`cascade.py`); `COPIED` prefills
+    each distinct prompt once and copies its KV cache to the group's rows (`kv_cache`); `PER_ROW` prefills
+    every row, the plain way, kept as the reference the other two are measured and tested against.
+    """
+
+    CASCADE = "cascade"
+    COPIED = "copied"
+    PER_ROW = "per_row"
+
+    @staticmethod
+    def auto(model: nn.Module, device: torch.device, cascade_attention: bool | None = None) -> Decoding:
+        """`rollout.cascade_attention`: True / False, or None for a CPU only (where it was measured faster)."""
+        wanted = device.type == "cpu" if cascade_attention is None else cascade_attention
+        return Decoding.CASCADE if wanted and cascade.supported(model) else Decoding.COPIED
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """What `generate` draws: `group_size` completions per prompt of at most `max_new_tokens` tokens, from
+    the tempered softmax filtered by `top_k` / `top_p` (0 / 1: off), or the greedy decode."""
+
+    max_new_tokens: int
+    group_size: int = 1
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    greedy: bool = False
+
+    def __post_init__(self) -> None:
+        _validate(self.group_size, self.max_new_tokens, self.temperature, self.top_k, self.top_p)
+
+
 def _start_decoding(
     model: nn.Module,
     encoded: list[list[int]],  # [N] prompts, group_size consecutive rows each
@@ -247,10 +283,10 @@ def _start_decoding(
     group_size: int,
     max_new_tokens: int,
     pad_id: int,
-    how: str,  # "cascade", "shared" or "per_row"
+    how: Decoding,
 ) -> tuple[torch.Tensor, _CachedDecoder | _CascadeDecoder]:  # the first token's logits [N, V], the decoder
     device, cache_name = prompt_ids.device, cache_argument_name(model)
-    if how == "per_row":
+    if how is Decoding.PER_ROW:
         logits, past = forward_with_cache(model, prompt_ids, prompt_mask, prompt_pos, None, cache_name)
         return logits, _CachedDecoder(
             model, preallocate(past, prompt_ids.shape[1] + max_new_tokens), prompt_mask, cache_name
@@ -258,7 +294,7 @@ def _start_decoding(
     logits, past, source = _prefill_distinct(model, encoded, pad_id, device, cache_name)
     if source is not None:
         logits = logits.index_select(0, source)
-    if how == "cascade":
+    if how is Decoding.CASCADE:
         first_of_group = torch.arange(0, len(encoded), group_size, device=device)
         group_prompt = first_of_group if source is None else source[first_of_group]
         state = cascade.CascadeCache.from_prefill(
@@ -276,30 +312,22 @@ def generate(
     model: nn.Module,
     tokenizer: Tokenizer,
     prompts: list[str],
+    options: SamplingOptions,
     *,
-    group_size: int = 1,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    greedy: bool = False,
     generator: torch.Generator | None = None,
-    shared_prefill: bool = True,
-    cascade_attention: bool | None = None,
+    decoding: Decoding | None = None,
 ) -> RolloutBatch:
-    """Sample ``group_size`` completions for every prompt (or decode greedily) with a KV cache.
+    """Sample `options.group_size` completions for every prompt (or decode greedily) with a KV cache.
 
     old_logps are taken from the tempered, unfiltered distribution: that is the policy the loss
     re-evaluates, and top-k/top-p only decide which token is drawn, so the tokens come from another
-    distribution than the one scored; ``filtered_mass`` measures the gap (README, "Top-k and top-p"). Greedy decoding records
-    temperature-1 log-probs. The model's train/eval mode is left as the caller set it. ``generator``
-    must live on the model's device (the draws are made there). ``shared_prefill`` runs each
-    distinct prompt through the model once; ``cascade_attention`` then decodes with the prompt's keys and
-    values kept once per group (``cascade.py``) where the model supports it (None: on a CPU only, where it
-    was measured faster), and otherwise the prompt's KV cache is copied to its samples (``kv_cache``).
-    ``shared_prefill=False`` prefills every row, as before; both switches are kept to measure the difference.
+    distribution than the one scored; `filtered_mass` measures the gap (docs/experiment.md, "Top-k and
+    top-p"). Greedy decoding records temperature-1 log-probs. The model's train/eval mode is left as the
+    caller set it. `generator` must live on the model's device (the draws are made there). `decoding`
+    (default `Decoding.auto`) changes the speed, never the tokens.
     """
-    _validate(group_size, max_new_tokens, temperature, top_k, top_p)
+    group_size, max_new_tokens, greedy = options.group_size, options.max_new_tokens, options.greedy
+    top_k, top_p = options.top_k, options.top_p
     if not prompts:
         raise ValueError("prompts must not be empty")
     device = next(model.parameters()).device
@@ -309,17 +337,15 @@ def generate(
     encoded = [e for e in encoded for _ in range(group_size)]  # one per row
     prompt_index = torch.arange(len(prompts), device=device).repeat_interleave(group_size)
     pad_id, eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
-    temp = 1.0 if greedy else temperature
+    temp = 1.0 if greedy else options.temperature
 
     prompt_ids, prompt_mask = left_pad(encoded, pad_id, device)
     n = prompt_ids.shape[0]
     prompt_pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # 0 on the left padding too
     next_pos = prompt_mask.sum(-1)  # [N] position of the next token
-    how = "per_row" if not shared_prefill else "shared"
-    if cascade_attention is None:
-        cascade_attention = device.type == "cpu"
-    if how == "shared" and cascade_attention and cascade.supported(model):
-        how = "cascade"
+    how = Decoding.auto(model, device) if decoding is None else decoding
+    if how is Decoding.CASCADE and not cascade.supported(model):
+        how = Decoding.COPIED
     logits, decoder = _start_decoding(
         model, encoded, prompt_ids, prompt_mask, prompt_pos, group_size, max_new_tokens, pad_id, how
     )
@@ -327,7 +353,7 @@ def generate(
     alive = torch.ones(n, dtype=torch.bool, device=device)
     tokens, logps, valid, removed_mass = [], [], [], []
     filters = not greedy and filtering(top_k, top_p, logits.shape[-1])
-    with cascade.decoding(model) if how == "cascade" else contextlib.nullcontext():
+    with cascade.decoding(model) if how is Decoding.CASCADE else contextlib.nullcontext():
         for step in range(max_new_tokens):
             scaled = tempered(logits, temp)
             logp_all = torch.log_softmax(scaled, dim=-1)  # [N, V]

@@ -21,15 +21,14 @@ KEY = "twinkle_module"
 def capture(module: Any) -> dict[str, Any]:
     """The module's entry of a checkpoint (a collective under DDP: every rank saves together)."""
     own = {
-        "sampler": module._sampler.get_state(),
-        "shuffler": module._shuffler.get_state(),
+        **module.generators.state_dict(),
         "global_rng": rng_state.capture_global(),
         "pending": None if module.pending is None else module.pending.state_dict(),
     }
     return {
         "rollouts_done": module.rollouts_done,
-        "first_val": module.first_val,
-        "last_val": module.last_val,
+        "first_val": module.validation.first,
+        "last_val": module.validation.last,
         "nonfinite": module.nonfinite.state_dict(),
         "per_rank": rng_state.gather_per_rank(own),
     }
@@ -38,7 +37,7 @@ def capture(module: Any) -> dict[str, Any]:
 def restore(module: Any, state: dict[str, Any], rank: int, world_size: int) -> dict[str, Any]:
     """Put back the counters and this rank's plan; returns this rank's random states, to apply later."""
     module.rollouts_done = state["rollouts_done"]
-    module.first_val, module.last_val = state["first_val"], state["last_val"]
+    module.validation.first, module.validation.last = state["first_val"], state["last_val"]
     module.nonfinite.load_state_dict(state["nonfinite"])
     own = rng_state.own_rank_state(state["per_rank"], rank, world_size, "the checkpoint")
     module.pending = None if own["pending"] is None else UpdatePlan.from_state_dict(own["pending"])

@@ -8,7 +8,7 @@ from torch import nn
 from twinkle_exp import metric_names as M
 from twinkle_exp.models import Tokenizer
 from twinkle_exp.rewards import NonFiniteRewardError, RewardSet, exact_match
-from twinkle_exp.sampling.generate import generate
+from twinkle_exp.sampling.generate import SamplingOptions, generate
 from twinkle_exp.tasks import Example
 
 
@@ -31,7 +31,9 @@ def greedy_totals(
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
         prompts, answers = [e.prompt for e in chunk], [e.answer for e in chunk]
-        decoded = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, greedy=True)
+        decoded = generate(
+            model, tokenizer, prompts, SamplingOptions(max_new_tokens=max_new_tokens, greedy=True)
+        )
         matches = exact_match(prompts, decoded.completions, answers)
         # An answer cut off at the budget is not exact, whatever its text (see RewardSet.truncated_max).
         correct += sum(m for m, cut in zip(matches, decoded.truncated.tolist(), strict=True) if not cut)

@@ -24,11 +24,12 @@ from twinkle_exp.policy.logprobs import sequence_logps
 from twinkle_exp.policy.reference import Reference
 from twinkle_exp.policy.shared_prefix import PrefixIndex, SharedPrefix
 from twinkle_exp.rewards import NonFiniteRewardError, RewardSet
-from twinkle_exp.sampling.generate import RolloutBatch, generate
+from twinkle_exp.sampling.generate import Decoding, RolloutBatch, SamplingOptions, generate
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking.loggers import log_metrics, log_samples
 from twinkle_exp.training import checkpoint_state
 from twinkle_exp.training.evaluation import greedy_totals, validation_metrics
+from twinkle_exp.training.generators import RolloutGenerators
 from twinkle_exp.training.old_logps import (
     has_dropout,
     recompute_old_logps,
@@ -38,6 +39,7 @@ from twinkle_exp.training.old_logps import (
 from twinkle_exp.training.rollout_metrics import RolloutRows, StageTimer, rollout_metrics
 from twinkle_exp.training.update_plan import UpdatePlan, shuffled_steps
 from twinkle_exp.training.update_step import accumulate_gradients
+from twinkle_exp.training.validation_record import ValidationRecord
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +94,12 @@ class PolicyModule(L.LightningModule):
         self.strict_loading = not is_lora(self.policy)  # a LoRA checkpoint may hold the adapters only
         self._started = False
         self.rollouts_done = 0
-        self.first_val: dict[str, float] = {}  # before the first update: the warm-start's figures
-        self.last_val: dict[str, float] = {}
-        self.last_val_step = -1
+        self.validation = ValidationRecord()
         self.pending: UpdatePlan | None = None  # the rollout whose optimizer steps are not all done
-        self._final_val: dict[str, float] | None = None  # the last step's validation, logged at train end
         self.stop_reason: str | None = None  # why training stopped before max_steps, when it did
         self.stop_signal: int | None = None  # the signal that stopped it (None: non-finite values)
         self.nonfinite = NonFiniteGuard(optim.max_skipped_steps)
+        self.generators = RolloutGenerators()
         self._restored: dict[str, Any] | None = None  # this rank's checkpoint state, applied as it is needed
         self._skipped_for: str | None = None  # why on_before_optimizer_step skipped the current step
         self.set_loss(loss_fn)
@@ -165,11 +165,7 @@ class PolicyModule(L.LightningModule):
             log.warning(
                 "optim.update_dropout=true: dropout is on in the update, so on-policy ratios are not 1"
             )
-        self._sampler = torch.Generator(device=self.device).manual_seed(self.seed * 1000 + self.global_rank)
-        self._shuffler = torch.Generator().manual_seed(self.seed * 1000 + self.global_rank)
-        if self._restored is not None:
-            self._sampler.set_state(self._restored["sampler"])
-            self._shuffler.set_state(self._restored["shuffler"])
+        self.generators.start(self.device, self.seed, self.global_rank, self._restored)
         if self.pending is not None:  # restored from a checkpoint onto the CPU
             self.pending = self.pending.to(self.device)
 
@@ -205,8 +201,8 @@ class PolicyModule(L.LightningModule):
         if self.global_step >= self.trainer.max_steps:
             # The final validation's figures, shown in the progress bar now (so it ends on the summary's
             # accuracy) and logged in on_train_end, after the end-of-training checkpoint.
-            self._final_val = self.evaluate()
-            self.log("acc", self._final_val[M.VAL_ACCURACY], prog_bar=True, logger=False)
+            self.validation.final = self.evaluate()
+            self.log("acc", self.validation.final[M.VAL_ACCURACY], prog_bar=True, logger=False)
 
     def on_train_end(self) -> None:
         self.finish_cut_rollout()
@@ -214,8 +210,8 @@ class PolicyModule(L.LightningModule):
             # The final validation, inside fit but after the end-of-training checkpoint: a resumed run drops
             # its rows with the others logged after the checkpoint, so none is logged twice. The weights
             # have not changed since the last step evaluated them.
-            self.log_validation(prog_bar=False, figures=self._final_val)
-            self._final_val = None
+            self.log_validation(prog_bar=False, figures=self.validation.final)
+            self.validation.final = None
 
     def finish_cut_rollout(self) -> None:
         """Log the rollout that trainer.max_steps cut short, once the end-of-training checkpoint is written.
@@ -269,7 +265,7 @@ class PolicyModule(L.LightningModule):
             adv=adv,
             old_logps=rollout.old_logps,
             ref_logps=None,
-            steps=shuffled_steps(n, opt.mu, opt.num_minibatches, self._shuffler),
+            steps=shuffled_steps(n, opt.mu, opt.num_minibatches, self.generators.shuffler),
             non_finite=non_finite,
             reward_metrics=dict(self.rewards.last_metrics),
         )
@@ -320,13 +316,15 @@ class PolicyModule(L.LightningModule):
                 self.policy,
                 self.tokenizer,
                 prompts,
-                group_size=r.group_size,
-                max_new_tokens=r.max_new_tokens,
-                temperature=r.temperature,
-                top_k=r.top_k,
-                top_p=r.top_p,
-                cascade_attention=r.cascade_attention,
-                generator=self._sampler,
+                SamplingOptions(
+                    max_new_tokens=r.max_new_tokens,
+                    group_size=r.group_size,
+                    temperature=r.temperature,
+                    top_k=r.top_k,
+                    top_p=r.top_p,
+                ),
+                generator=self.generators.sampler,
+                decoding=Decoding.auto(self.policy, self.device, r.cascade_attention),
             )
 
     @torch.no_grad()
@@ -438,9 +436,8 @@ class PolicyModule(L.LightningModule):
         self, prog_bar: bool = True, figures: dict[str, float] | None = None
     ) -> dict[str, float]:
         """Evaluate on the held-out set (unless `figures` of these weights are given) and log at this step."""
-        self.last_val, self.last_val_step = figures or self.evaluate(), self.global_step
-        self.first_val = self.first_val or self.last_val
-        log_metrics(self.loggers, self.last_val, self.global_step)
+        self.validation.record(figures or self.evaluate(), self.global_step)
+        log_metrics(self.loggers, self.validation.last, self.global_step)
         if prog_bar and self._trainer is not None and self.trainer.training:
-            self.log("acc", self.last_val[M.VAL_ACCURACY], prog_bar=True, logger=False)
-        return self.last_val
+            self.log("acc", self.validation.last[M.VAL_ACCURACY], prog_bar=True, logger=False)
+        return self.validation.last
