@@ -123,3 +123,32 @@ def test_commit_hashes_only_on_the_performance_page():
             }
         )
         assert hashes == [], f"{page.relative_to(REPO)} names commits {hashes}: link to docs/performance.md"
+
+
+# A pointer from code or config to the docs: `docs/page.md` or `README`, optionally with a quoted section.
+POINTER = re.compile(r"""(docs/[\w-]+\.md|README)(?:'s [\w ]+?| ?,? ['"]([^'"]+)['"])?""")
+
+
+def broken_pointers(text: str) -> list[str]:
+    problems = []
+    for m in POINTER.finditer(text):
+        page, section = REPO / (m.group(1) if m.group(1) != "README" else "README.md"), m.group(2)
+        if not page.exists():
+            problems.append(f"{m.group(0)}: no such page")
+        elif section and slug(section) not in anchors(page):
+            problems.append(f"{m.group(0)}: no such section")
+    return problems
+
+
+def test_code_and_config_point_to_sections_that_exist():
+    sources = [*(REPO / "twinkle_exp").rglob("*.py"), *(REPO / "conf").rglob("*.yaml")]
+    problems = [f"{p.relative_to(REPO)}: {x}" for p in sources for x in broken_pointers(p.read_text())]
+    assert problems == []
+
+
+def test_the_pointer_checker_sees_a_moved_section():
+    assert broken_pointers("""see (README, "Scaling out") and docs/nope.md""") == [
+        'README, "Scaling out": no such section',
+        "docs/nope.md: no such page",
+    ]
+    assert broken_pointers("""(docs/experiment.md, 'Top-k and top-p') (README's data flow)""") == []

@@ -291,7 +291,7 @@ def generate(
 
     old_logps are taken from the tempered, unfiltered distribution: that is the policy the loss
     re-evaluates, and top-k/top-p only decide which token is drawn, so the tokens come from another
-    distribution than the one scored; ``filtered_mass`` measures the gap (README, "Top-k and top-p"). Greedy decoding records
+    distribution than the one scored; ``filtered_mass`` measures the gap (docs/experiment.md, "Top-k and top-p"). Greedy decoding records
     temperature-1 log-probs. The model's train/eval mode is left as the caller set it. ``generator``
     must live on the model's device (the draws are made there). ``shared_prefill`` runs each
     distinct prompt through the model once; ``cascade_attention`` then decodes with the prompt's keys and
