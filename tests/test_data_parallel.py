@@ -1,4 +1,4 @@
-"""Same answer at any scale: 2-process CPU (gloo) runs, started as the README says, against one process.
+"""Same answer at any scale: 2-process CPU (gloo) runs, started as docs/scaling-out.md says, against one process.
 
 Each multi-process run records what every rank trained on (`dp_capture.CaptureCallback`); one process then
 trains on the union of the ranks' rollouts. After one optimizer step on that same global batch (uneven
@@ -58,7 +58,7 @@ def _check(proc: subprocess.CompletedProcess) -> None:
 
 
 def _torchrun_sweep(cwd: Path, cli_env: dict[str, str], *overrides: str) -> Path:
-    """The README's torchrun sweep: `torchrun --standalone --nproc-per-node=2 -m twinkle_exp -m ...`."""
+    """The torchrun sweep of docs/scaling-out.md: `torchrun --standalone --nproc-per-node=2 -m twinkle_exp -m ...`."""
     sweep = cwd / "sweep"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
     command += ["-m", "twinkle_exp", "-m", *overrides, *COMMON, *TWO_CPUS, f"hydra.sweep.dir={sweep}"]
@@ -162,7 +162,7 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_two_nodes_draw_different_prompts(cli_env, tmp_path, monkeypatch):
-    # Two "nodes" of one process each, started as the README says (NODE_RANK, MASTER_ADDR/PORT, a shared
+    # Two "nodes" of one process each, started as docs/scaling-out.md says (NODE_RANK, MASTER_ADDR/PORT, a shared
     # hydra.run.dir). Both processes have LOCAL_RANK 0, so ranks seeded from the environment would
     # draw the same prompts; trainer.global_rank tells them apart.
     run_dir, port = tmp_path / "run", str(_free_port())

@@ -47,7 +47,7 @@ def gsm8k(train, test, *more: str) -> list[str]:
     return problems("task=gsm8k", f"task.path={train}", f"task.validation_path={test}", *more)
 
 
-# --- the README's GSM8K command with the default policy ---------------------------------------------------
+# --- the GSM8K command of docs/real-models.md with the default policy -------------------------------------
 def test_the_readme_gsm8k_command_with_the_built_in_policy_runs_when_its_prompts_fit(gsm8k_files):
     # Was: KeyError: 'prompt' (the start-up check read every file as {"prompt", "answer"} lines).
     assert gsm8k(*gsm8k_files, "policy.max_seq_len=128") == []

@@ -54,7 +54,7 @@ def test_each_estimators_expected_gradient(seed):
     k3 = expected_sample_gradient(theta, ref, "k3")
     # k1: E_pi[grad log pi] = 0, whatever pi and ref: beta x k1 pulls the policy nowhere.
     assert k1.abs().max() < TOL, k1
-    # k2: the gradient of KL(pi || ref), the divergence the README's penalty names.
+    # k2: the gradient of KL(pi || ref), the divergence the penalty is named after (docs/losses.md).
     assert (k2 - kl["pi||ref"]).abs().max() < TOL
     # k3 (the default): the gradient of the other direction, KL(ref || pi).
     assert (k3 - kl["ref||pi"]).abs().max() < TOL

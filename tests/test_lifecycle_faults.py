@@ -148,5 +148,5 @@ def test_ddp_without_gpus_or_a_device_count_is_refused_in_one_line():
     with pytest.raises(UserError, match="trainer.strategy=ddp found no GPU.*trainer.devices=N"):
         check_data_parallel(one, cfg)
     two = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False)
-    check_data_parallel(two, dataclasses.replace(cfg, devices=2))  # what the README says to run
+    check_data_parallel(two, dataclasses.replace(cfg, devices=2))  # what docs/scaling-out.md says to run
     check_data_parallel(one, dataclasses.replace(cfg, strategy="auto"))  # one process was asked for

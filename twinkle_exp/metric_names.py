@@ -22,7 +22,7 @@ LOGP_MISMATCH_MEAN = "train/logp_mismatch/mean"
 LOGP_MISMATCH_MAX = "train/logp_mismatch/max"
 # Top-k / top-p only: the mean over completion tokens of the tempered softmax's mass the filter removed
 # before the draw, which is each token's total variation between the distribution sampled and the one
-# the old log-probs and the loss score (README, "Top-k and top-p").
+# the old log-probs and the loss score (docs/experiment.md, "Top-k and top-p").
 SAMPLER_FILTERED_MASS = "train/sampler/filtered_mass"
 ROLLOUT_INDEX = "train/rollout"
 TIME_ROLLOUT = "time/rollout_s"

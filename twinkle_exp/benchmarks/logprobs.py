@@ -5,8 +5,8 @@
 
 Three methods, from the final hidden states `[N, H]` and the head `[V, H]`:
 - `hidden`: `hidden_log_probs`, tiles of logits, never the full `[N, V]`; `--backend` picks who does each
-  tile's elementwise work: "torch" (PyTorch ops), "triton" (one fused kernel per tile) or "auto" (triton
-  on CUDA when installed, the library's default);
+  tile's elementwise work: "torch" (PyTorch ops), "triton" (one fused kernel per tile) or "auto" (the
+  library's default: torch until `tile_backend.FUSED_BY_DEFAULT`, then triton on CUDA when installed);
 - `naive`: `lm_head`, then `log_softmax(logits.float())` and `gather`;
 - `selective`: `lm_head`, then `selective_log_softmax` (chunked, on the full logits).
 
@@ -101,7 +101,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--head", default="trained", choices=["trained", "frozen"], help="frozen: as LoRA")
     parser.add_argument(
-        "--backend", default="auto", choices=BACKENDS, help="hidden's tile loops (auto: triton on CUDA)"
+        "--backend",
+        default="auto",
+        choices=BACKENDS,
+        help="hidden's tile loops (auto: the library's default, torch for now)",
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())

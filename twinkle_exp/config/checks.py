@@ -281,7 +281,7 @@ def config_warnings(config: Config) -> list[str]:
         lines.append(
             f"rollout.top_k={r.top_k} rollout.top_p={r.top_p:g}: tokens are drawn from the filtered softmax, "
             "but the old log-probs and the loss score the full one, so the update treats them as on-policy "
-            "samples of it; train/sampler/filtered_mass logs the gap (README, 'Top-k and top-p')"
+            "samples of it; train/sampler/filtered_mass logs the gap (docs/experiment.md, 'Top-k and top-p')"
         )
     return [line for line in lines if line]
 

@@ -43,7 +43,7 @@ class LossSpec:
     tau_pos: float = 1.0
     tau_neg: float = 1.0
     max_completion_length: int | None = None
-    # The switches (docs/losses_zoo.md); each default leaves the pipeline as it was.
+    # The switches (docs/losses.md); each default leaves the pipeline as it was.
     clip_ratio_c: float | None = None  # dual clip: for A < 0 the clipped loss is at most -c A
     delta: float | None = None  # two-sided cap on the unclipped ratio
     kl_bias_correction: bool = False  # KL term weighted by the importance ratio (DeepSeek-V3.2, TRL)

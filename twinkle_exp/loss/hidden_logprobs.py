@@ -12,8 +12,9 @@ losses, in plain PyTorch) the logits exist one `[chunk_tokens, chunk_vocab]` til
   writes the head's gradient block by block (one rounding per token chunk, also in bfloat16) while
   accumulating the hidden states' gradient. That is one matmul more than the logits path (4 instead of 3).
 
-On CUDA, with Triton installed, each tile's elementwise work runs as one kernel (`fused_logprobs`, chosen by
-`tile_backend`; `backend="torch"` keeps the PyTorch ops).
+With `backend="triton"` (CUDA, Triton installed) each tile's elementwise work runs as one kernel
+(`fused_logprobs`, chosen by `tile_backend`); "auto" keeps the PyTorch ops until the kernels pass their GPU
+timing (`tile_backend.FUSED_BY_DEFAULT`).
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def hidden_log_probs(
             `chunk_elements / min(tokens, chunk_tokens)` columns, a 32 MiB float32 tile (128 MiB on a GPU).
         backend: who does each tile's elementwise work: "torch" (PyTorch ops, `hidden_chunks`), "triton"
             (one fused kernel per tile, `fused_logprobs`; needs triton and a CUDA device, or
-            `TRITON_INTERPRET=1` on CPU) or "auto" (triton on CUDA when it is installed, else torch).
+            `TRITON_INTERPRET=1` on CPU) or "auto" (torch; triton on CUDA once `tile_backend.FUSED_BY_DEFAULT`).
 
     Returns:
         logps `[...]` float32 (float64 for float64 inputs), differentiable w.r.t. hidden, weight and bias;

@@ -10,7 +10,7 @@ KL = "kl"  # token mean of the KL estimate against the reference (only when one 
 POLICY_LOSS = "policy_loss"  # the loss without the KL term, with the same normaliser
 SAPO_GATE = "sapo/gate_mean"  # SAPO's gradient weight 4 s (1 - s), s = sigmoid(tau (r - 1)); 1 on-policy
 CISPO_CLIP = "cispo/clip_ratio"  # tokens whose importance weight CISPO capped at 1 + hi
-# The zoo's and the switches' keys (docs/losses_zoo.md), reported only by the losses that use them.
+# The zoo's and the switches' keys (docs/losses.md), reported only by the losses that use them.
 DUAL_CLIP = "clip_ratio/dual_mean"  # A < 0 tokens whose loss the dual clip bounded at -c A
 OFF_POLICY_MASKED = "off_policy_mask/masked_fraction"  # tokens of sequences the off-policy mask dropped
 TOP_ENTROPY_KEPT = "top_entropy/kept_fraction"  # tokens at or above the entropy quantile (the trained ones)

@@ -1,4 +1,4 @@
-"""The zoo's per-token objectives (see `objectives.py` for the contract and `docs/losses_zoo.md` for sources).
+"""The zoo's per-token objectives (see `objectives.py` for the contract and `docs/losses.md` for sources).
 
 Notation as in `core`: `d = clamp(logp - old, -20, 20)` on completion tokens, `r = exp(d)`, `A` the advantage.
 Sequence-level quantities go through `seq_ops`, so packed rows give what the padded batch gives.

@@ -88,7 +88,7 @@ class PolicyGradientLoss:
     clip_range_high: float | None = param(None, optional(positive))  # None: same as clip_range
     beta: float = param(0.0, non_negative)
     kl_estimator: str = param("k3", one_of(KL_ESTIMATORS))
-    # Switches (docs/losses_zoo.md); the defaults leave every loss as it was.
+    # Switches (docs/losses.md); the defaults leave every loss as it was.
     clip_ratio_c: float | None = param(None, optional(greater_than(1.0)))  # dual clip (clipped objective)
     delta: float | None = param(None, optional(greater_than(1.0)))  # two-sided cap (clipped objective)
     kl_bias_correction: bool = param(False, boolean)  # KL term weighted by pi / pi_old

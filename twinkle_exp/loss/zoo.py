@@ -1,4 +1,4 @@
-"""The zoo, clipped-ratio family: DAPO, GSPO-token, LUSPO, GMPO, Clip-Cov, KL-Cov (docs/losses_zoo.md).
+"""The zoo, clipped-ratio family: DAPO, GSPO-token, LUSPO, GMPO, Clip-Cov, KL-Cov (docs/losses.md).
 
 Each class is only its difference from `PolicyGradientLoss`: the pipeline's importance weight, objective
 (`objectives_zoo.py`) and aggregation, plus its own parameters. Where a paper and a peer's code differ the

@@ -33,7 +33,7 @@ def check_launch(trainer: L.Trainer, multirun: bool) -> None:
             f"a multirun (-m) cannot start {trainer.num_devices} processes per job itself "
             f"(trainer.devices={trainer.num_devices}): start every rank with torchrun "
             f"(torchrun --nproc-per-node={trainer.num_devices} -m twinkle_exp -m ... hydra.sweep.dir=<dir>), "
-            f"or give each job its own allocation with hydra/launcher=slurm (README, 'Scaling out')"
+            f"or give each job its own allocation with hydra/launcher=slurm (docs/scaling-out.md)"
         )
 
 

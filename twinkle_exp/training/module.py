@@ -64,7 +64,7 @@ class PolicyModule(L.LightningModule):
 
     Under data parallelism (DDP, FSDP2) each rank samples its own prompts' groups; advantages, the losses'
     normalisers, the logged metrics and validation are the global batch's, so a step's result does not
-    depend on the number of ranks (README, "Scaling out").
+    depend on the number of ranks (docs/scaling-out.md).
     """
 
     def __init__(

@@ -3,7 +3,7 @@
 The losses are normalised by the global step's totals (sequences and completion tokens over every rank),
 and DDP and FSDP2 average the ranks' gradients, so each rank's loss is scaled by the number of ranks: the
 averaged gradient is then the gradient of the global batch's loss, whatever the ranks' shares of sequences
-and tokens (README, "Scaling out").
+and tokens (docs/scaling-out.md).
 """
 
 from __future__ import annotations
