@@ -102,3 +102,15 @@ def read_wandb_run():
         return out
 
     return read
+
+
+@pytest.fixture(scope="module")
+def hydra_conf():
+    """Hydra initialised on the shipped config tree for a module's `compose` calls (`pytestmark`)."""
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="twinkle_exp.conf", version_base="1.3"):
+        yield
+    GlobalHydra.instance().clear()

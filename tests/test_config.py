@@ -12,8 +12,7 @@ import random
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_module
-from hydra.core.global_hydra import GlobalHydra
+from hydra import compose
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -35,12 +34,7 @@ OPTIONS = [(group, option) for group, options in sorted(GROUPS.items()) for opti
 APPENDED = {"experiment", "sweep"}  # not in the defaults list: selected with +group=option
 
 
-@pytest.fixture(scope="module", autouse=True)
-def hydra_conf():
-    GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="twinkle_exp.conf", version_base="1.3"):
-        yield
-    GlobalHydra.instance().clear()
+pytestmark = pytest.mark.usefixtures("hydra_conf")  # conftest.py: the shipped config tree
 
 
 def _compose(*overrides: str) -> DictConfig:

@@ -6,8 +6,7 @@ import json
 
 import pytest
 from gsm8k_helpers import gsm8k_rows, write_jsonl
-from hydra import compose, initialize_config_module
-from hydra.core.global_hydra import GlobalHydra
+from hydra import compose
 
 from twinkle_exp.config import input_checks
 from twinkle_exp.config.checks import config_problems
@@ -18,12 +17,7 @@ from twinkle_exp.tasks import Example, GSM8KTask
 register_configs()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def hydra_conf():
-    GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="twinkle_exp.conf", version_base="1.3"):
-        yield
-    GlobalHydra.instance().clear()
+pytestmark = pytest.mark.usefixtures("hydra_conf")  # conftest.py: the shipped config tree
 
 
 def problems(*overrides: str) -> list[str]:

@@ -4,8 +4,7 @@ import logging
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
-from hydra.core.global_hydra import GlobalHydra
+from hydra import compose
 
 from twinkle_exp import metric_names as M
 from twinkle_exp.config.checks import check_config
@@ -16,12 +15,7 @@ from twinkle_exp.training.rollout_metrics import RolloutRows, rollout_metrics
 register_configs()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def hydra_conf():
-    GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="twinkle_exp.conf", version_base="1.3"):
-        yield
-    GlobalHydra.instance().clear()
+pytestmark = pytest.mark.usefixtures("hydra_conf")  # conftest.py: the shipped config tree
 
 
 @pytest.mark.parametrize("override", ["rollout.top_k=20", "rollout.top_p=0.9"])

@@ -11,8 +11,7 @@ import threading
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
-from hydra.core.global_hydra import GlobalHydra
+from hydra import compose
 
 from twinkle_exp.config.checks import config_problems, override_problems
 from twinkle_exp.config.schema import WarmupConfig
@@ -25,12 +24,7 @@ from twinkle_exp.training.warmup_cache import cache_key
 register_configs()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def hydra_conf():
-    GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="twinkle_exp.conf", version_base="1.3"):
-        yield
-    GlobalHydra.instance().clear()
+pytestmark = pytest.mark.usefixtures("hydra_conf")  # conftest.py: the shipped config tree
 
 
 def problems(*overrides: str) -> list[str]:
