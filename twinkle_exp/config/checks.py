@@ -86,6 +86,10 @@ def _field_problems(schema: type, values: dict[str, Any], prefix: str) -> Iterat
             yield f"{prefix}.{key}: not a setting of {prefix}{hint} (valid: {', '.join(sorted(fields))})"
     for name, f in fields.items():
         value = values.get(name)
+        sub = _field_type(schema, name)
+        if isinstance(sub, type) and dataclasses.is_dataclass(sub) and isinstance(value, dict):
+            yield from _field_problems(sub, value, f"{prefix}.{name}")  # optim.rollout_correction.*
+            continue
         if value == "???":
             yield f"{prefix}.{name} is mandatory: set it, e.g. {prefix}.{name}=<value>"
             continue
@@ -95,6 +99,13 @@ def _field_problems(schema: type, values: dict[str, Any], prefix: str) -> Iterat
                 check(f"{prefix}.{name}", value)
             except ValueError as exc:
                 yield str(exc)
+
+
+def _field_type(schema: type, name: str) -> Any:
+    """The annotation of `schema.name` as a type (the schemas' annotations are strings: `from __future__`)."""
+    import typing
+
+    return typing.get_type_hints(schema).get(name)
 
 
 def _resolved(cfg: DictConfig, group: str) -> dict[str, Any]:
@@ -129,6 +140,7 @@ def _relation_problems(cfg: dict[str, Any]) -> Iterator[str]:
             f"optim.num_minibatches={optim['num_minibatches']}: a rollout has only {rows} samples "
             f"(rollout.prompts_per_step x rollout.group_size); use at most {rows}"
         )
+    yield from _correction_problems(optim)
     accelerator = str(cfg["trainer"]["accelerator"])
     if accelerator in ("gpu", "cuda"):
         import torch
@@ -138,6 +150,21 @@ def _relation_problems(cfg: dict[str, Any]) -> Iterator[str]:
     logger = cfg["logger"]
     if logger["wandb"] and logger["mode"] == "online" and not _wandb_logged_in():
         yield "logger.mode=online: wandb has no login here; run `wandb login`, or WANDB_MODE=offline, or logger=csv"
+
+
+def _correction_problems(optim: dict[str, Any]) -> Iterator[str]:
+    """The rollout correction weighs by pi_old / pi_sampler: the old log-probs must be the recomputed ones."""
+    correction = optim.get("rollout_correction") or {}
+    mode = correction.get("mode", "none")
+    if mode != "none" and optim.get("old_logps") == "sampler":
+        yield (
+            f"optim.rollout_correction.mode={mode} with optim.old_logps=sampler: the correction weighs by "
+            "recomputed / sampler log-probs, so it needs them recomputed; use optim.old_logps=auto or recompute"
+        )
+    low, high = correction.get("low", 0.0), correction.get("high", 1.0)
+    numbers = isinstance(low, (int, float)) and isinstance(high, (int, float))
+    if mode in ("mis", "seq_mask") and numbers and low > high:
+        yield f"optim.rollout_correction.low={low:g} > high={high:g}: the kept range [low, high] is empty"
 
 
 def _wandb_logged_in() -> bool:
@@ -160,6 +187,11 @@ def _built_problems(cfg: DictConfig, plain: dict[str, Any]) -> Iterator[str]:
         build_rewards(reward.functions, reward.truncated_max)
     except UserError as exc:
         yield str(exc)
+    try:  # the loss's relations between its parameters (clip_ratio_c on a loss that does not clip, ...)
+        instantiate(cfg.loss)
+    except Exception as exc:
+        cause = exc.__cause__ or exc
+        yield f"loss={_loss_choice(cfg)}: {cause}"
     try:
         task = instantiate(cfg.task)
         if plain["policy"].get("_target_", "").endswith("tiny_policy"):
@@ -169,6 +201,13 @@ def _built_problems(cfg: DictConfig, plain: dict[str, Any]) -> Iterator[str]:
         yield f"{type(cause).__name__}: {cause}"
         return
     yield from _task_fit(task, plain)
+
+
+def _loss_choice(cfg: DictConfig) -> str:
+    from twinkle_exp.loss import LOSSES
+
+    target = str(cfg.loss.get("_target_", ""))
+    return next((name for name, cls in LOSSES.items() if target.endswith("." + cls.__name__)), target)
 
 
 def _task_fit(task: Any, plain: dict[str, Any]) -> Iterator[str]:

@@ -26,11 +26,13 @@ from twinkle_exp.loss.params import (
     positive,
     positive_int,
 )
+from twinkle_exp.loss.rollout_correction import ROLLOUT_LEVELS, ROLLOUT_MODES
 
 # Where the experiment's defaults differ from the library's: the classes default to no KL penalty, the
 # experiment penalises it a little, so GRPO-style runs look like the papers'.
 LOSS_EXPERIMENT_DEFAULTS = {"beta": 0.01}
 OLD_LOGPS_MODES = ("auto", "recompute", "sampler")
+SAMPLER_DTYPES = ("bfloat16", "float16")
 WANDB_MODES = ("online", "offline", "disabled", "shared")
 MAX_SEED = 2**32 - 1  # numpy's (and so Lightning's seed_everything's) range is 0..2**32 - 1
 
@@ -78,12 +80,28 @@ class RolloutConfig:
     # Decode transformers models with cascade attention (each group's prompt read once, `cascade.py`).
     # null: on a CPU, where it was measured faster; off on a GPU, where it has not been measured yet.
     cascade_attention: bool | None = None
+    # Sample from a copy of the policy in this dtype while the update keeps the policy's own: the
+    # sampler / trainer mismatch of vLLM + an fp32 trainer, made on purpose (train/logp_mismatch/*
+    # measures it; optim.rollout_correction corrects for it). null: sample from the policy itself.
+    sampler_dtype: str | None = param(None, optional(one_of(SAMPLER_DTYPES)))
 
 
 @dataclass
 class AdvantageConfig:
     scale: str = param("group", one_of(SCALES))  # group | batch | none
     eps: float = param(1e-6, non_negative)
+
+
+@dataclass
+class RolloutCorrectionConfig:
+    # Weights the policy term by pi_old / pi_sampler per token (loss/rollout_correction.py): none | tis
+    # (truncated at `upper`) | mis (IcePop: tokens outside [low, high] dropped) | seq_mask (sequences whose
+    # geometric-mean ratio leaves [low, high] dropped). Needs the recomputed old log-probs.
+    mode: str = param("none", one_of(ROLLOUT_MODES))
+    level: str = param("token", one_of(ROLLOUT_LEVELS))  # tis: per token, or the sequence's product
+    upper: float = param(2.0, positive)
+    low: float = param(0.5, non_negative)
+    high: float = param(2.0, positive)
 
 
 @dataclass
@@ -104,6 +122,7 @@ class OptimConfig:
     # before the first update of the rollout), keep the "sampler"'s, or "auto": recompute whenever the two
     # can differ numerically (16-bit precision or weights, TF32 matmuls, dropout, gradient checkpointing).
     old_logps: str = param("auto", one_of(OLD_LOGPS_MODES))
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     # Apply the model's dropout in the update (train mode). Off by default, so an on-policy ratio is exactly 1.
     update_dropout: bool = False
     # A step with a non-finite reward, advantage, log-prob, loss or gradient is skipped (train/skipped_steps);

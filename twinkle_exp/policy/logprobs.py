@@ -25,6 +25,7 @@ def sequence_logps(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    entropy_grad: bool = False,
     prefix: SharedPrefix | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of `labels` (aligned with them) and, optionally, the policy's entropy at those positions.
@@ -36,10 +37,14 @@ def sequence_logps(
 
     Args:
         input_ids, attention_mask, position_ids, labels: `[B, T]`, as a `RolloutBatch` holds them.
+        entropy_grad: the entropy with its gradient (an entropy bonus); this takes the logits path, which
+            holds the `[B, T, V]` logits and their gradient, and shares no prompt.
     Returns:
-        logps `[B, T]` float32 with grad, 0 off the labels; entropy `[B, T]` (no grad, 0 off the labels)
-        or None.
+        logps `[B, T]` float32 with grad, 0 off the labels; entropy `[B, T]` (no grad unless
+        `entropy_grad`, 0 off the labels) or None.
     """
+    if entropy_grad:
+        return _with_entropy_grad(model, input_ids, attention_mask, position_ids, labels, temperature)
     if should_share(model, prefix):
         args = (input_ids, attention_mask, position_ids, labels, temperature, with_entropy, prefix)
         return call_as_forward(model, _from_shared_prefix, *args)
@@ -52,6 +57,21 @@ def sequence_logps(
     if with_entropy:
         entropy = torch.nn.functional.pad(token_entropy(logits[:, :-1], temperature=temperature), (1, 0))
         entropy = entropy.masked_fill(labels == IGNORE_INDEX, 0.0)
+    return logps, entropy
+
+
+def _with_entropy_grad(model, input_ids, attention_mask, position_ids, labels, temperature):
+    """`sequence_logps` with a differentiable entropy, both from one log-softmax of the full logits (float32,
+    or float64 for a float64 model); the four tensors are `[B, T]`."""
+    logits = model(input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    logp = torch.log_softmax(logits[:, :-1].to(dtype) / temperature, dim=-1)  # [B, T - 1, V]
+    targets = labels[:, 1:]
+    picked = logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    pad = torch.nn.functional.pad
+    off = labels == IGNORE_INDEX
+    logps = pad(picked.masked_fill(targets == IGNORE_INDEX, 0.0), (1, 0)).masked_fill(off, 0.0)
+    entropy = pad(-(logp.exp() * logp).sum(-1), (1, 0)).masked_fill(off, 0.0)
     return logps, entropy
 
 

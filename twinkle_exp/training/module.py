@@ -25,6 +25,7 @@ from twinkle_exp.policy.reference import Reference
 from twinkle_exp.policy.shared_prefix import PrefixIndex, SharedPrefix
 from twinkle_exp.rewards import NonFiniteRewardError, RewardSet
 from twinkle_exp.sampling.generate import Decoding, RolloutBatch, SamplingOptions, generate
+from twinkle_exp.sampling.sampler_copy import SamplerCopy
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking.loggers import log_metrics, log_samples
 from twinkle_exp.training import checkpoint_state
@@ -102,6 +103,7 @@ class PolicyModule(L.LightningModule):
         self.generators = RolloutGenerators()
         self._restored: dict[str, Any] | None = None  # this rank's checkpoint state, applied as it is needed
         self._skipped_for: str | None = None  # why on_before_optimizer_step skipped the current step
+        self._sampler_copy = SamplerCopy(rollout.sampler_dtype)  # rollout.sampler_dtype
         self.set_loss(loss_fn)
 
     # --- configuration ---------------------------------------------------------------------------------
@@ -152,9 +154,13 @@ class PolicyModule(L.LightningModule):
         if self._reference:
             self._reference[0].to(self.device)
         self._recompute_old_logps = should_recompute(
-            self.optim_cfg.old_logps, self.trainer.precision, self.policy
+            self.optim_cfg.old_logps,
+            self.trainer.precision,
+            self.policy,
+            correction=self.optim_cfg.rollout_correction.mode,
+            sampler_dtype=self.rollout_cfg.sampler_dtype,
         )
-        reasons = recompute_reasons(self.trainer.precision, self.policy)
+        reasons = recompute_reasons(self.trainer.precision, self.policy, self.rollout_cfg.sampler_dtype)
         if reasons and self.optim_cfg.old_logps == "sampler":
             log.warning(
                 "optim.old_logps=sampler with %s: the sampler's log-probs differ from the update's, so "
@@ -313,7 +319,7 @@ class PolicyModule(L.LightningModule):
         self.policy.eval()
         with gathered(self.policy):
             return generate(
-                self.policy,
+                self._sampler_copy(self.policy),  # the policy, or its rollout.sampler_dtype copy
                 self.tokenizer,
                 prompts,
                 SamplingOptions(
@@ -407,6 +413,7 @@ class PolicyModule(L.LightningModule):
             guard=self.nonfinite,
             backward=self.manual_backward,
             sampler_gap=sampler_gap,
+            correction=self.optim_cfg.rollout_correction,
         )
         lr = self._lr()
         optimizer.step()  # clips, and skips a non-finite step, in on_before_optimizer_step

@@ -46,9 +46,9 @@ def has_checkpointing(model: nn.Module) -> bool:
     return any(getattr(m, "gradient_checkpointing", False) is True for m in unwrap_peft(model).modules())
 
 
-def recompute_reasons(precision: str, model: nn.Module) -> list[str]:
+def recompute_reasons(precision: str, model: nn.Module, sampler_dtype: str | None = None) -> list[str]:
     """Why the sampler's log-probs can differ from the update's forward here; empty: they agree to ~1e-6."""
-    reasons = []
+    reasons = [f"rollout.sampler_dtype={sampler_dtype}"] if sampler_dtype else []
     if str(precision) not in FULL_PRECISION:
         reasons.append(f"trainer.precision={precision}")
     dtypes = sorted(
@@ -66,13 +66,26 @@ def recompute_reasons(precision: str, model: nn.Module) -> list[str]:
     return reasons
 
 
-def should_recompute(mode: str, precision: str, model: nn.Module) -> bool:
-    """`optim.old_logps`: "auto" recomputes when the sampler and the update can differ (`recompute_reasons`)."""
+def should_recompute(
+    mode: str,
+    precision: str,
+    model: nn.Module,
+    *,
+    correction: str = "none",
+    sampler_dtype: str | None = None,
+) -> bool:
+    """`optim.old_logps`: "auto" recomputes when the sampler and the update can differ (`recompute_reasons`),
+    and whenever a rollout `correction` is on: its weights compare the recomputed log-probs with the sampler's.
+    """
     if mode not in OLD_LOGPS_MODES:
         raise ValueError(f"optim.old_logps must be one of {list(OLD_LOGPS_MODES)}, got {mode!r}")
+    if correction != "none" and mode == "sampler":
+        raise ValueError(
+            f"optim.rollout_correction.mode={correction} needs recomputed old log-probs, not optim.old_logps=sampler"
+        )
     if mode != "auto":
         return mode == "recompute"
-    return bool(recompute_reasons(precision, model))
+    return correction != "none" or bool(recompute_reasons(precision, model, sampler_dtype))
 
 
 @torch.no_grad()

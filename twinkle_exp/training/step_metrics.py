@@ -11,6 +11,9 @@ from twinkle_exp.parallel import collectives
 
 # Keys whose micro-batch values add up to the step's value (the loss normalises them by the step's totals).
 _SUMMED = (K.POLICY_LOSS,)
+# Keys reduced as a minimum or a maximum over micro-batches and ranks; every other one is token-weighted.
+_MIN = (K.RATIO_MIN, K.ROLLOUT_RATIO_MIN)
+_MAX = (K.RATIO_MAX, K.ROLLOUT_RATIO_MAX)
 _TOKENS, _GAP_COUNT = "tokens", "gap count"  # denominators, reduced with the sums and then dropped
 
 
@@ -21,8 +24,8 @@ class StepMetrics:
         self._weighted: dict[str, torch.Tensor] = {}
         self._summed: dict[str, torch.Tensor] = {}
         self._tokens: torch.Tensor | float = 0.0
-        self._min: list[torch.Tensor] = []
-        self._max: list[torch.Tensor] = []
+        self._min: dict[str, list[torch.Tensor]] = {}
+        self._max: dict[str, list[torch.Tensor]] = {}
         self._entropy: torch.Tensor | None = None
         self._gap: list[torch.Tensor] = []
 
@@ -32,19 +35,21 @@ class StepMetrics:
         mask: torch.Tensor,
         entropy: torch.Tensor | None = None,
         sampler_gap: torch.Tensor | None = None,
+        correction: dict[str, torch.Tensor] | None = None,
     ) -> None:
         """One micro-batch: `mask` `[b, T]` its completion tokens, `entropy` `[b, T]`, `sampler_gap` `[b, T]`
-        the trainer's minus the sampler's log-probs (given on a rollout's first step, before any update)."""
+        the trainer's minus the sampler's log-probs (given on a rollout's first step, before any update),
+        `correction` the rollout correction's metrics (`K.ROLLOUT`, token means over `mask`, min, max)."""
         tokens = mask.sum()
         self._tokens = self._tokens + tokens
         self._summed[M.LOSS] = self._summed.get(M.LOSS, 0.0) + out.loss.detach()
-        for key, value in out.metrics.items():
+        for key, value in (out.metrics | (correction or {})).items():
             if key in _SUMMED:
                 self._summed[M.TRAIN + key] = self._summed.get(M.TRAIN + key, 0.0) + value
-            elif key == K.RATIO_MIN:
-                self._min.append(value)
-            elif key == K.RATIO_MAX:
-                self._max.append(value)
+            elif key in _MIN:
+                self._min.setdefault(M.TRAIN + key, []).append(value)
+            elif key in _MAX:
+                self._max.setdefault(M.TRAIN + key, []).append(value)
             else:
                 self._weighted[M.TRAIN + key] = self._weighted.get(M.TRAIN + key, 0.0) + value * tokens
         if entropy is not None:
@@ -62,8 +67,8 @@ class StepMetrics:
         sums |= self._weighted | self._summed
         if self._entropy is not None:
             sums[M.ENTROPY] = self._entropy
-        mins = {M.TRAIN + K.RATIO_MIN: torch.stack(self._min).min()}
-        maxs = {M.TRAIN + K.RATIO_MAX: torch.stack(self._max).max()}
+        mins = {key: torch.stack(values).min() for key, values in self._min.items()}
+        maxs = {key: torch.stack(values).max() for key, values in self._max.items()}
         if self._gap:
             gap = torch.cat(self._gap)
             sums[M.LOGP_MISMATCH_MEAN], sums[_GAP_COUNT] = gap.sum(), torch.tensor(float(gap.numel()))

@@ -4,6 +4,9 @@ The losses are normalised by the global step's totals (sequences and completion 
 and DDP and FSDP2 average the ranks' gradients, so each rank's loss is scaled by the number of ranks: the
 averaged gradient is then the gradient of the global batch's loss, whatever the ranks' shares of sequences
 and tokens (docs/scaling-out.md).
+
+A rollout correction (`optim.rollout_correction`) weighs each micro-batch's policy term by
+pi_old / pi_sampler, the recomputed old log-probs against the sampler's (`loss/rollout_correction.py`).
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from collections.abc import Callable
 
 import torch
 
+from twinkle_exp.config.schema import RolloutCorrectionConfig
 from twinkle_exp.lifecycle.nonfinite import NonFiniteGuard
-from twinkle_exp.loss import LossFn
+from twinkle_exp.loss import LossFn, rollout_correction
 from twinkle_exp.parallel import collectives
 from twinkle_exp.policy.logprobs import sequence_logps
 from twinkle_exp.policy.shared_prefix import SharedPrefix
@@ -31,13 +35,15 @@ def accumulate_gradients(
     guard: NonFiniteGuard,
     backward: Callable[[torch.Tensor], None],
     sampler_gap: bool,
+    correction: RolloutCorrectionConfig | None = None,
 ) -> StepMetrics:
     """Run `parts` of `plan.rollout` (the step's micro-batches: `[b]` long rows on the model's device, and
     their shared prompts) through `policy` and `loss_fn`, calling `backward` on each micro-batch's loss.
 
     `guard` watches the log-probs and losses for non-finite values; `sampler_gap` also measures the
-    sampler's log-probs against these (a rollout's first step, before any update). Returns the step's
-    metrics, not yet read off the device.
+    sampler's log-probs against these (a rollout's first step, before any update). `correction` (None or
+    mode "none": no weights) needs `plan.old_logps` recomputed, which the start-up checks make sure of.
+    Returns the step's metrics, not yet read off the device.
     """
     b = plan.rollout
     device = parts[0][0].device
@@ -49,6 +55,12 @@ def accumulate_gradients(
     # The plan holds the global batch's advantages: this rank trains on its own rows' share.
     advantages = plan.adv.advantages.tensor_split(ranks)[collectives.rank()].to(device)
     stats = StepMetrics()
+    correct = correction is not None and correction.mode != "none"
+    # The entropy switches need the entropies; an entropy bonus also their gradient, which only the logits
+    # path gives (it holds [b, T, V] logits), so it is taken only then.
+    spec = getattr(loss_fn, "spec", None)
+    needs_entropy = bool(getattr(spec, "needs_entropy", False))
+    entropy_grad = getattr(spec, "entropy_coef", 0.0) != 0.0
     for part, prefix in parts:
         logps, entropy = sequence_logps(
             policy,
@@ -58,20 +70,39 @@ def accumulate_gradients(
             b.labels[part],
             temperature=temperature,
             with_entropy=True,
+            entropy_grad=entropy_grad,
             prefix=prefix,
         )
         # masked_fill, not logps[mask]: boolean indexing would wait for the GPU on every micro-batch.
         guard.watch("log-prob", logps.detach().masked_fill(~mask[part], 0.0))
+        weights, weight_metrics = None, None
+        if correct:
+            weights, weight_metrics = rollout_correction(
+                b.old_logps[part],
+                plan.old_logps[part],
+                mask[part],
+                mode=correction.mode,
+                level=correction.level,
+                upper=correction.upper,
+                low=correction.low,
+                high=correction.high,
+            )
         out = loss_fn(
             logps=logps,
             labels=b.labels[part],
             advantages=advantages[part],
             old_logps=plan.old_logps[part],
             ref_logps=None if plan.ref_logps is None else plan.ref_logps[part],
+            **_optional(entropies=entropy if needs_entropy else None, rollout_weights=weights),
             **totals,
         )
         guard.watch("loss", out.loss)
         backward(out.loss * ranks)
         gap = logps.detach() - b.old_logps[part] if sampler_gap else None
-        stats.add_micro(out, mask[part], entropy, gap)
+        stats.add_micro(out, mask[part], entropy.detach(), gap, weight_metrics)
     return stats
+
+
+def _optional(**inputs: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """The inputs that are given: a `LossFn` of the user's own need not take `entropies` or `rollout_weights`."""
+    return {key: value for key, value in inputs.items() if value is not None}
