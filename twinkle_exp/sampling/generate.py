@@ -321,10 +321,10 @@ def generate(
 
     old_logps are taken from the tempered, unfiltered distribution: that is the policy the loss
     re-evaluates, and top-k/top-p only decide which token is drawn, so the tokens come from another
-    distribution than the one scored; `filtered_mass` measures the gap (docs/experiment.md, "Top-k and
-    top-p"). Greedy decoding records temperature-1 log-probs. The model's train/eval mode is left as the
-    caller set it. `generator` must live on the model's device (the draws are made there). `decoding`
-    (default `Decoding.auto`) changes the speed, never the tokens.
+    distribution than the one scored; `filtered_mass` measures the gap
+    (docs/experiment.md, "Top-k and top-p"). Greedy decoding records temperature-1 log-probs. The
+    model's train/eval mode is left as the caller set it. `generator` must live on the model's device (the
+    draws are made there). `decoding` (default `Decoding.auto`) changes the speed, never the tokens.
     """
     group_size, max_new_tokens, greedy = options.group_size, options.max_new_tokens, options.greedy
     top_k, top_p = options.top_k, options.top_p
