@@ -9,14 +9,11 @@ while the others wait on a lock; an unreadable or foreign file is rebuilt with a
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +21,12 @@ import torch
 from torch import nn
 
 from twinkle_exp.config import WarmupConfig
+from twinkle_exp.models.cache_files import locked, readable_by_group
 from twinkle_exp.policy import Policy
 from twinkle_exp.tasks import Task
 
 log = logging.getLogger(__name__)
+__all__ = ["cache_key", "load", "locked", "save"]
 CACHE_FORMAT = 2  # bump when the warm-start procedure or the key changes, so old files are not reused
 
 
@@ -61,18 +60,6 @@ def cache_key(policy_cfg: dict, task_cfg: dict, warmup: WarmupConfig, policy: Po
     return digest.hexdigest()[:16]
 
 
-@contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Hold `<path>.lock` exclusively: parallel jobs of a sweep train one warm-start, the others wait."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{path}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def load(path: Path, model: nn.Module) -> bool:
     """Load `path` into `model` if it is a readable state dict of exactly this model; else warn and say no.
 
@@ -101,7 +88,5 @@ def save(model: nn.Module, path: Path) -> None:
     """Write then rename, so no reader ever sees a half-written file; readable like any file the user makes."""
     with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as tmp:
         torch.save(model.state_dict(), tmp)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp.name, 0o666 & ~umask)  # mkstemp's 0600 would hide it from the group's other jobs
+    readable_by_group(tmp.name)
     os.replace(tmp.name, path)
