@@ -22,7 +22,7 @@ from twinkle_exp.policy import Policy, sequence_logps
 from twinkle_exp.reference import Reference
 from twinkle_exp.rewards import NonFiniteRewardError, RewardSet
 from twinkle_exp.rollout import RolloutBatch, generate
-from twinkle_exp.rollout_metrics import RolloutRows, StageTimer, rollout_metrics
+from twinkle_exp.rollout_metrics import RolloutRows, StageTimer, TruncationWatch, rollout_metrics
 from twinkle_exp.sharding import gathered, is_sharded, shard_model
 from twinkle_exp.shared_prefix import PrefixIndex, SharedPrefix
 from twinkle_exp.tasks import Task
@@ -91,6 +91,7 @@ class PolicyModule(L.LightningModule):
         self.stop_reason: str | None = None  # why training stopped before max_steps, when it did
         self.stop_signal: int | None = None  # the signal that stopped it (None: non-finite values)
         self.nonfinite = NonFiniteGuard(optim.max_skipped_steps)
+        self.truncation = TruncationWatch(rollout.max_new_tokens, rewards.truncated_max)
         self._restored: dict[str, Any] | None = None  # this rank's checkpoint state, applied as it is needed
         self._skipped_for: str | None = None  # why on_before_optimizer_step skipped the current step
         self.set_loss(loss_fn)
@@ -279,6 +280,8 @@ class PolicyModule(L.LightningModule):
         metrics = rollout_metrics(everyone, plan.adv, seconds, epochs=self.optim_cfg.mu)
         # What the reward functions counted (math: parse failures), over every rank's completions.
         metrics |= distributed.sum_over_ranks(plan.reward_metrics)
+        if self.global_rank == 0:
+            self.truncation.observe(metrics[M.COMPLETION_CLIPPED_RATIO], self.global_step)
         log_metrics(self.loggers, metrics | {M.ROLLOUT_INDEX: float(self.rollouts_done)}, self.global_step)
         if in_step:  # the progress bar; Lightning refuses self.log outside a training step
             self.log("reward", metrics[M.REWARD_MEAN], prog_bar=True, logger=False)
