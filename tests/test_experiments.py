@@ -58,7 +58,7 @@ EXPECTED = {
             "policy.name_or_path": "smollm2",
             "task.prompt_template": "What is {a} + {b}? Reply with just the number.",
             "task.chat_template": True,
-            "rollout.max_new_tokens": 16,
+            "rollout.max_new_tokens": 24,
             "reward.truncated_max": 0.0,
             "optim.lr": 2e-4,
             "warmup.enabled": False,
