@@ -51,8 +51,23 @@ EXPECTED = {
         "values": {"loss.tau_pos": 1.0, "loss.tau_neg": 1.05},
         "cites": ["Soft Adaptive Policy Optimization", "Qwen", "2025"],
     },
+    # Not a paper's recipe: a real model that learns in minutes on a CPU (docs/real-models-smollm2.md).
+    "smollm2_addition": {
+        "target": "twinkle_exp.loss.GRPOLoss",
+        "values": {
+            "policy.name_or_path": "smollm2",
+            "task.prompt_template": "What is {a} + {b}? Reply with just the number.",
+            "task.chat_template": True,
+            "rollout.max_new_tokens": 24,
+            "reward.truncated_max": 0.0,
+            "optim.lr": 2e-4,
+            "warmup.enabled": False,
+        },
+        "cites": [],
+    },
 }
 PRESETS = sorted(p.stem for p in EXPERIMENT_DIR.glob("*.yaml"))
+PAPER_PRESETS = [name for name in PRESETS if EXPECTED.get(name, {}).get("cites")]
 
 
 def _equal(got, want) -> bool:
@@ -74,7 +89,8 @@ def test_preset_cites_its_source_and_composes(name):
     comments = re.sub(r"\s*#\s*", " ", comments)
     for word in EXPECTED[name]["cites"]:
         assert word in comments, f"{name}: {word!r} not cited in its comments"
-    assert re.search(r"arXiv:\d{4}\.\d{5}", comments), "cite the paper's arXiv id"
+    if EXPECTED[name]["cites"]:  # a paper's recipe
+        assert re.search(r"arXiv:\d{4}\.\d{5}", comments), "cite the paper's arXiv id"
 
     with initialize_config_module(config_module="twinkle_exp.conf", version_base="1.3"):
         cfg = compose("config", overrides=[f"+experiment={name}"])
@@ -96,7 +112,7 @@ def test_command_line_overrides_win_over_a_preset():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", PRESETS)
+@pytest.mark.parametrize("name", PAPER_PRESETS)  # smollm2_addition runs in test_gguf.py
 def test_preset_runs_from_the_cli_and_its_loss_reaches_the_saved_config(
     name, run_cli, tmp_path, read_wandb_run
 ):

@@ -38,13 +38,32 @@ def test_equal_answers_score_one_whatever_their_form(checker):
     assert checker.last_metrics == {M.REWARD_PARSE_FAILURES: 0.0, M.REWARD_CHECK_TIMEOUTS: 0.0}
 
 
+def test_restating_the_question_scores_nothing(checker):
+    """math-verify alone evaluates "59 + 63 =" to 122: the verdict must be on the stated answer."""
+    completions = ["59 + 63 =", "The answer is 59+63", "59 + 63 = 121", "59 + 63 = 122", r"\boxed{59+63}"]
+    assert checker(["What is 59 + 63?"] * 5, completions, ["122"] * 5) == [0.0, 0.0, 0.0, 1.0, 0.0]
+    assert checker.last_metrics[M.REWARD_PARSE_FAILURES] == 3.0  # no stated number: 1st, 2nd, boxed sum
+
+
+def test_symbolic_gold_answers_still_go_to_math_verify():
+    reward = math_reward(timeout_s=10.0, workers=1)  # sympy's first parse is slow on a loaded machine
+    try:
+        completions = [r"\boxed{\sqrt{2}}", r"so it is $\sqrt{2}$", r"\boxed{2}"]
+        assert reward(["p"] * 3, completions, [r"$\sqrt{2}$"] * 3) == [1.0, 1.0, 0.0]
+        assert reward.last_metrics[M.REWARD_CHECK_TIMEOUTS] == 0.0
+    finally:
+        reward.close()
+
+
 def test_from_a_worker_thread_a_pathological_completion_times_out_alone(checker):
     """math-verify's own timeout (signal.alarm) fails outside the main thread; the pool's does not."""
     got: dict = {}
 
     def score() -> None:
         start = time.monotonic()
-        got["rewards"] = checker(["p"] * 4, ["\\boxed{7}", PATHOLOGICAL, "no number", "7"], ["7"] * 4)
+        # A symbolic gold answer, so that math-verify (and sympy) evaluate the pathological completion.
+        answers = ["7", "2^{10}", "7", "7"]
+        got["rewards"] = checker(["p"] * 4, ["\\boxed{7}", PATHOLOGICAL, "no number", "7"], answers)
         got["seconds"] = time.monotonic() - start
         got["metrics"] = dict(checker.last_metrics)
 

@@ -125,9 +125,28 @@ def test_nonfinite_values() -> None:
     assert finding.evidence == "NaN or inf from step 120: train/grad_norm (1 steps), train/loss (2 steps)"
 
 
+def test_truncated_reward_rise() -> None:
+    """The issue's hack: val reward 0.21 -> 1.00 while every completion ran to the 12-token budget."""
+    metrics = default_like()
+    t = np.linspace(0, 1, len(STEPS))
+    metrics[M.COMPLETION_CLIPPED_RATIO] = series(np.where(t < 0.1, 0.4, 0.95))
+    config = {**DEFAULT_CONFIG, "rollout": {"group_size": 8, "max_new_tokens": 12}}
+    finding = fired(metrics, config)["truncated_reward_rise"]
+    assert finding.evidence.startswith(
+        f"{M.COMPLETION_CLIPPED_RATIO} > 0.5 at 90 of 100 logged steps (44-400)"
+    )
+    assert "rollout.max_new_tokens = 12" in finding.advice
+    # Completions that end by themselves, or a reward that does not rise: nothing to flag.
+    metrics[M.COMPLETION_CLIPPED_RATIO] = series(np.full(len(STEPS), 0.1))
+    assert "truncated_reward_rise" not in fired(metrics, config)
+    metrics[M.COMPLETION_CLIPPED_RATIO] = series(np.full(len(STEPS), 0.95))
+    metrics[M.REWARD_MEAN] = series(np.full(len(STEPS), 0.3))
+    assert "truncated_reward_rise" not in fired(metrics, config)
+
+
 def test_every_check_has_a_trigger_test_here() -> None:
     tested = {"on_policy", "grad_clip_every_step", "zero_std_groups", "entropy_collapse"}
-    tested |= {"high_clip_fraction", "growing_kl", "nonfinite"}
+    tested |= {"high_clip_fraction", "growing_kl", "nonfinite", "truncated_reward_rise"}
     assert tested == set(CHECKS)
 
 

@@ -235,3 +235,17 @@ def test_jsonl_validation_file_covering_all_training_raises(tmp_path):
     path = _write(tmp_path / "t.jsonl", [{"prompt": "a", "answer": "1"}])
     with pytest.raises(ValueError, match="every prompt"):
         JsonlTask(str(path), validation_path=str(path))
+
+
+def test_addition_prompt_template_words_the_question():
+    from twinkle_exp.tasks.addition import AdditionTask
+
+    task = AdditionTask(max_digits=2, prompt_template="What is {a} + {b}? Reply with just the number.")
+    for ex in task.validation_set()[:20]:
+        a, b = (int(x) for x in ex.prompt.removeprefix("What is ").split("?")[0].split(" + "))
+        assert ex.answer == str(a + b)
+    assert AdditionTask(max_digits=2).validation_set()[0].prompt.endswith("=")  # the default is unchanged
+    with pytest.raises(ValueError, match=r"prompt_template='\{a\}\+\{c\}': only the fields"):
+        AdditionTask(prompt_template="{a}+{c}")
+    with pytest.raises(ValueError, match="must contain both"):
+        AdditionTask(prompt_template="{a}+1")

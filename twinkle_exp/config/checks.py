@@ -68,7 +68,9 @@ def _lora_problems(args: list[str]) -> list[str]:
     """LoRA settings on a policy without them: Hydra would fail on its `lora: null` with an AssertionError."""
     choice = next((a.split("=", 1)[1] for a in reversed(args) if a.startswith("policy=")), "tiny")
     settings = [a for a in args if a.startswith("policy.lora.")]
-    if not settings or choice == "hf_lora" or "," in choice:  # a sweep over policies: Hydra decides per job
+    if (
+        not settings or choice in ("hf_lora", "smollm2") or "," in choice
+    ):  # a sweep over policies: Hydra decides per job
         return []
     return [
         f"{settings[0]}: policy={choice} has no LoRA settings; "
@@ -147,6 +149,10 @@ def _relation_problems(cfg: dict[str, Any]) -> Iterator[str]:
 
         if not torch.cuda.is_available():
             yield f"trainer.accelerator={accelerator}: no GPU is visible here (use trainer=cpu)"
+    if str(cfg["policy"].get("_target_", "")).endswith("hf_policy"):
+        from twinkle_exp.models.gguf import source_problems
+
+        yield from source_problems(cfg["policy"])
     logger = cfg["logger"]
     if logger["wandb"] and logger["mode"] == "online" and not _wandb_logged_in():
         yield "logger.mode=online: wandb has no login here; run `wandb login`, or WANDB_MODE=offline, or logger=csv"

@@ -12,6 +12,7 @@ from torch import nn
 
 from twinkle_exp.models import CharTokenizer, TinyCausalLM, Tokenizer, load_hf_causal_lm, load_hf_model
 from twinkle_exp.models.chat import with_chat_template
+from twinkle_exp.models.gguf import resolve_source
 from twinkle_exp.models.hf import enable_gradient_checkpointing
 from twinkle_exp.models.lora import LoraSettings, apply_lora
 
@@ -53,16 +54,17 @@ def hf_policy(
     lora: LoraSettings | None = None,
     reference_name_or_path: str | None = None,
 ) -> Policy:
-    """Any `transformers` causal LM with its tokenizer, from a local directory or a hub id.
+    """Any `transformers` causal LM with its tokenizer, from a local directory, a hub id or a GGUF file.
 
     Args:
         attn_implementation: "eager", "sdpa", "flash_attention_2", ...; None lets transformers choose.
         gradient_checkpointing: recompute activations in backward (less memory, more compute).
         lora: train LoRA adapters only; the reference is then the same model with its adapters disabled.
         reference_name_or_path: a separate reference model (same vocabulary); None: the policy's initial state.
+    A `.gguf` file or a registered short name (`smollm2`) is de-quantized once and cached (`models/gguf.py`).
     """
     model, tokenizer = load_hf_causal_lm(
-        name_or_path,
+        resolve_source(name_or_path),
         dtype=dtype,
         trust_remote_code=trust_remote_code,
         attn_implementation=attn_implementation,
@@ -74,7 +76,11 @@ def hf_policy(
     load_reference = None
     if reference_name_or_path is not None:
         load_reference = functools.partial(
-            load_hf_model, reference_name_or_path, dtype, trust_remote_code, attn_implementation
+            load_hf_model,
+            resolve_source(reference_name_or_path),
+            dtype,
+            trust_remote_code,
+            attn_implementation,
         )
     return Policy(model, tokenizer, load_reference)
 

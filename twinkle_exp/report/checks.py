@@ -23,6 +23,8 @@ ZERO_STD_LEVEL, ZERO_STD_FRACTION = 0.9, 0.5  # default run: at most 0.81 at any
 ENTROPY_DROP = 0.1  # default run: last quarter at ~35% of the first value (0.74 -> 0.26 nats)
 CLIP_MEDIAN = 0.1  # default run: median 0.6% of tokens
 KL_GROWTH, KL_FLOOR = 2.0, 0.5  # default run: last quarter 0.20-0.25 nats, 1.3-1.7x the second quarter
+TRUNCATED_LEVEL, TRUNCATED_FRACTION = 0.5, 0.5  # default run: its 8-token answers end with EOS
+REWARD_RISE = 0.1  # the last quarter's mean reward above the first quarter's by at least this much
 RATIO_TOLERANCE = 1e-3  # |r - 1| below this counts as "ratio exactly 1" (sampler and trainer forward differ)
 
 
@@ -149,6 +151,28 @@ def growing_kl(metrics: dict[str, Series], config: dict) -> Finding | None:
     )
 
 
+def truncated_reward_rise(metrics: dict[str, Series], config: dict) -> Finding | None:
+    """The reward rises while most completions end at rollout.max_new_tokens: learning or a reward hack?"""
+    clipped, rewards = metrics.get(M.COMPLETION_CLIPPED_RATIO, []), metrics.get(M.REWARD_MEAN, [])
+    if len(clipped) < 4 or len(rewards) < 4:
+        return None
+    cut = [step for step, v in clipped if v > TRUNCATED_LEVEL]
+    quarter = max(1, len(rewards) // 4)
+    start, end = np.mean([v for _, v in rewards[:quarter]]), _last_quarter(rewards).mean()
+    if len(cut) < TRUNCATED_FRACTION * len(clipped) or end - start < REWARD_RISE:
+        return None
+    return Finding(
+        "truncated_reward_rise",
+        f"{M.COMPLETION_CLIPPED_RATIO} > {TRUNCATED_LEVEL:g} at {len(cut)} of {len(clipped)} logged steps "
+        f"({step_ranges(cut)}) while {M.REWARD_MEAN} rose from {start:.3g} (steps {rewards[0][0]}-"
+        f"{rewards[quarter - 1][0]}) to {end:.3g} (steps {_last_quarter_start(rewards)}-{rewards[-1][0]})",
+        f"most completions stop at rollout.max_new_tokens = {_cfg(config, 'rollout.max_new_tokens')} without "
+        "ending, so the reward is scoring unfinished text: read a few completions (the samples table) and "
+        f"{M.VAL_ACCURACY}; a reward that credits the question restated is a hack. Raise "
+        "rollout.max_new_tokens, ask for a shorter answer, or keep reward.truncated_max = 0",
+    )
+
+
 def nonfinite_values(nonfinite: dict[str, list[int]], config: dict) -> Finding | None:
     """Any metric logged as NaN or +-inf."""
     if not nonfinite:
@@ -171,6 +195,7 @@ CHECKS: dict[str, tuple[str, Callable]] = {
     "entropy_collapse": ("entropy collapse", entropy_collapse),
     "high_clip_fraction": ("high clip fraction", high_clip_fraction),
     "growing_kl": ("KL growing without bound", growing_kl),
+    "truncated_reward_rise": ("reward rising on cut-off completions", truncated_reward_rise),
     "nonfinite": ("non-finite values", nonfinite_values),
 }
 
@@ -208,3 +233,16 @@ def _last_quarter(series: Series) -> np.ndarray:
 def _last_quarter_start(series: Series) -> int:
     """The first step of the last quarter of the logged steps."""
     return series[-max(1, len(series) // 4)][0]
+
+
+def step_ranges(steps: list[int]) -> str:
+    """`[0, 2, 4, 6, 10]` -> "0-6, 10": runs of equally spaced steps written as ranges."""
+    if not steps:
+        return ""
+    gap = min((b - a for a, b in zip(steps, steps[1:], strict=False) if b > a), default=1)
+    parts, start = [], steps[0]
+    for prev, cur in zip(steps, [*steps[1:], None], strict=True):
+        if cur is None or cur - prev != gap:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = cur
+    return ", ".join(parts)

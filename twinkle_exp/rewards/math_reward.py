@@ -18,7 +18,13 @@ class MathReward:
     With `answer_pattern` (a regex with one group, e.g. `<answer>(.*?)</answer>`) only the group of its last
     match is checked. After each call `last_metrics` holds the number of completions with no parsable
     answer and of checks that timed out; a gold answer that does not parse is a ValueError naming it.
+
+    A numeric gold answer is compared with the number the completion states as its final answer
+    (`verifier/final_answer.py`), so restating the question ("59 + 63 =") scores 0; other gold answers
+    (expressions, sets, ...) go to math-verify. Its values are a verdict: the held-out accuracy is theirs.
     """
+
+    is_verdict = True
 
     def __init__(self, timeout_s: float = 5.0, workers: int = 2, answer_pattern: str | None = None):
         if not timeout_s > 0:

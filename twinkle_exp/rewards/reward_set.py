@@ -9,6 +9,9 @@ completions decoded to text without EOS, and one float per completion. Built-ins
 functions, or factories returning a picklable callable, so a Hydra `_target_` can name them and Lightning
 can ship them to worker processes. A user's own function plugs in the same way.
 
+A function whose values are a verdict (1.0 correct, 0.0 not: the math checker) says so with a true
+`is_verdict` attribute; the held-out accuracy is then its verdict instead of exact string match.
+
 A function may also report counts about its last call (the math checker: answers that did not parse) as a
 `last_metrics` attribute, `{metric key: value}`; `RewardSet.last_metrics` gathers them after each call.
 """
@@ -75,6 +78,10 @@ class RewardSet:
         # What the functions reported about the latest call (summed over functions sharing a key); each
         # call replaces it, so read it right after the call it belongs to.
         self.last_metrics: dict[str, float] = {}
+
+    def verdict(self) -> RewardFunction | None:
+        """The first function that marks itself `is_verdict` (1.0: correct), or None when none does."""
+        return next((f for f in self.functions if getattr(f.fn, "is_verdict", False)), None)
 
     def __call__(
         self,

@@ -1,4 +1,4 @@
-"""Integer addition: prompt "a+b=", answer str(a+b)."""
+"""Integer addition: prompt "a+b=" (or `prompt_template` with {a} and {b}), answer str(a+b)."""
 
 from __future__ import annotations
 
@@ -14,16 +14,28 @@ class AdditionTask(ProceduralTask):
 
     The digit count of each operand is drawn uniformly first, then the operand uniformly among numbers with
     that many digits, so short sums are as frequent as long ones (uniform operands would be ~90% max-length).
-    One-digit numbers include 0.
+    One-digit numbers include 0. `prompt_template` words the question for an instruction-tuned model
+    ("What is {a} + {b}? Reply with just the number."), usually with `chat_template`.
     """
 
     name = "addition"
 
     min_digits: int = 1
     max_digits: int = 3
+    prompt_template: str = "{a}+{b}="
+    chat_template: bool = False
+    system_prompt: str | None = None
 
     def check(self) -> None:
         check_length_range(self.min_digits, self.max_digits, "digits")
+        try:
+            self.prompt_template.format(a=1, b=2)
+        except (KeyError, IndexError, ValueError) as e:
+            raise ValueError(
+                f"prompt_template={self.prompt_template!r}: only the fields {{a}} and {{b}} are known ({e})"
+            ) from None
+        if "{a}" not in self.prompt_template or "{b}" not in self.prompt_template:
+            raise ValueError(f"prompt_template={self.prompt_template!r} must contain both {{a}} and {{b}}")
 
     def _operand_range(self) -> tuple[int, int]:
         low = 0 if self.min_digits == 1 else 10 ** (self.min_digits - 1)
@@ -40,4 +52,4 @@ class AdditionTask(ProceduralTask):
 
     def random_example(self, rng: random.Random) -> Example:
         a, b = self._operand(rng), self._operand(rng)
-        return Example(prompt=f"{a}+{b}=", answer=str(a + b))
+        return Example(prompt=self.prompt_template.format(a=a, b=b), answer=str(a + b))

@@ -22,9 +22,12 @@ def greedy_totals(
     max_new_tokens: int,
     batch_size: int,
 ) -> torch.Tensor:
-    """`[3]` float64 on the model's device: exact matches, summed total reward and number of `examples`,
+    """`[3]` float64 on the model's device: correct answers, summed total reward and number of `examples`,
     of greedy completions. Sums, so shares of the held-out set decoded on different ranks add up.
-    Restores the model's mode."""
+    Restores the model's mode.
+
+    Correct is the verdict of the reward function that gives one (`RewardSet.verdict`: reward=math), else
+    exact match; a completion cut off at the budget is never correct."""
     was_training = model.training
     model.eval()
     correct, reward_sum = 0.0, 0.0
@@ -34,16 +37,34 @@ def greedy_totals(
         decoded = generate(
             model, tokenizer, prompts, SamplingOptions(max_new_tokens=max_new_tokens, greedy=True)
         )
-        matches = exact_match(prompts, decoded.completions, answers)
-        # An answer cut off at the budget is not exact, whatever its text (see RewardSet.truncated_max).
-        correct += sum(m for m, cut in zip(matches, decoded.truncated.tolist(), strict=True) if not cut)
+        matches = None
         try:
-            reward_sum += float(rewards(prompts, decoded.completions, answers, decoded.truncated)[0].sum())
+            total, raw = rewards(prompts, decoded.completions, answers, decoded.truncated)
+            reward_sum += float(total.sum())
+            matches = _verdicts(rewards, raw)
         except NonFiniteRewardError:  # the accuracy still counts; the mean reward is NaN, as its inputs
             reward_sum = float("nan")
+        if matches is None:
+            matches = _verdicts_alone(rewards, prompts, decoded.completions, answers)
+        # An answer cut off at the budget is not correct, whatever its text (see RewardSet.truncated_max).
+        correct += sum(m for m, cut in zip(matches, decoded.truncated.tolist(), strict=True) if not cut)
     model.train(was_training)
     device = next(model.parameters()).device
     return torch.tensor([correct, reward_sum, len(examples)], dtype=torch.float64, device=device)
+
+
+def _verdicts(rewards: RewardSet, raw: dict[str, torch.Tensor]) -> list[float] | None:
+    verdict = rewards.verdict()
+    return None if verdict is None else [float(v == 1.0) for v in raw[verdict.name].tolist()]
+
+
+def _verdicts_alone(
+    rewards: RewardSet, prompts: list[str], completions: list[str], answers: list[str]
+) -> list[float]:
+    verdict = rewards.verdict()
+    if verdict is None:
+        return exact_match(prompts, completions, answers)
+    return [float(v == 1.0) for v in verdict.fn(prompts, completions, answers)]
 
 
 def validation_metrics(totals: torch.Tensor) -> dict[str, float]:

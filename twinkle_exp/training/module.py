@@ -37,7 +37,7 @@ from twinkle_exp.training.old_logps import (
     recompute_reasons,
     should_recompute,
 )
-from twinkle_exp.training.rollout_metrics import RolloutRows, StageTimer, rollout_metrics
+from twinkle_exp.training.rollout_metrics import RolloutRows, StageTimer, TruncationWatch, rollout_metrics
 from twinkle_exp.training.update_plan import UpdatePlan, shuffled_steps
 from twinkle_exp.training.update_step import accumulate_gradients
 from twinkle_exp.training.validation_record import ValidationRecord
@@ -101,6 +101,7 @@ class PolicyModule(L.LightningModule):
         self.stop_signal: int | None = None  # the signal that stopped it (None: non-finite values)
         self.nonfinite = NonFiniteGuard(optim.max_skipped_steps)
         self.generators = RolloutGenerators()
+        self.truncation = TruncationWatch(rollout.max_new_tokens, rewards.truncated_max)
         self._restored: dict[str, Any] | None = None  # this rank's checkpoint state, applied as it is needed
         self._skipped_for: str | None = None  # why on_before_optimizer_step skipped the current step
         self._sampler_copy = SamplerCopy(rollout.sampler_dtype)  # rollout.sampler_dtype
@@ -300,6 +301,8 @@ class PolicyModule(L.LightningModule):
         metrics = rollout_metrics(everyone, plan.adv, seconds, epochs=self.optim_cfg.mu)
         # What the reward functions counted (math: parse failures), over every rank's completions.
         metrics |= collectives.sum_over_ranks(plan.reward_metrics)
+        if self.global_rank == 0:
+            self.truncation.observe(metrics[M.COMPLETION_CLIPPED_RATIO], self.global_step)
         log_metrics(self.loggers, metrics | {M.ROLLOUT_INDEX: float(self.rollouts_done)}, self.global_step)
         if in_step:  # the progress bar; Lightning refuses self.log outside a training step
             self.log("reward", metrics[M.REWARD_MEAN], prog_bar=True, logger=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,6 +13,9 @@ import torch
 from twinkle_exp import metric_names as M
 from twinkle_exp.loss.advantages import AdvantageResult
 from twinkle_exp.parallel import collectives
+
+log = logging.getLogger(__name__)
+TRUNCATED_MOST = 0.5  # a rollout with more than this share of completions cut off at the budget is warned of
 
 
 class StageTimer:
@@ -87,3 +91,48 @@ def rollout_metrics(
     if rows.filtered_mass is not None:
         metrics[M.SAMPLER_FILTERED_MASS] = rows.filtered_mass.sum() / max(tokens, 1.0)
     return {key: float(value) for key, value in metrics.items()}
+
+
+class TruncationWatch:
+    """Says plainly when most completions of a rollout end at `rollout.max_new_tokens` without EOS.
+
+    Otherwise that shows only as groups with identical rewards (every cut-off completion capped at
+    `reward.truncated_max`), or, with no cap, as a reward that may come from text the model repeats rather
+    than from an answer. Warns at the first such rollout and at every `every`-th one after, naming the
+    optimizer steps where it happened.
+    """
+
+    def __init__(self, max_new_tokens: int, truncated_max: float | None, every: int = 10):
+        self.max_new_tokens, self.truncated_max, self.every = max_new_tokens, truncated_max, every
+        self.steps: list[int] = []  # optimizer steps whose rollout was mostly cut off
+
+    def observe(self, clipped_ratio: float, step: int) -> str | None:
+        """Record one rollout's share of cut-off completions (after optimizer step `step`); the warning or None."""
+        if not clipped_ratio > TRUNCATED_MOST:
+            return None
+        self.steps.append(step)
+        if (len(self.steps) - 1) % self.every:
+            return None
+        if self.truncated_max is None:
+            effect = (
+                "they are scored as they stand (reward.truncated_max=null), so a rising reward may come from "
+                "text the model repeats rather than from an answer"
+            )
+        else:
+            effect = f"their reward is capped at reward.truncated_max={self.truncated_max:g}"
+        message = (
+            f"{clipped_ratio:.0%} of the completions of the rollout ending at optimizer step {step} stopped at "
+            f"rollout.max_new_tokens={self.max_new_tokens} without EOS (most were, in {len(self.steps)} "
+            f"rollout(s): steps {_some_steps(self.steps)}); {effect}. Raise rollout.max_new_tokens or ask "
+            f"the prompt for a shorter answer"
+        )
+        log.warning(message)
+        return message
+
+
+def _some_steps(steps: list[int], head: int = 5) -> str:
+    """The first `head` steps and the latest: "0, 4, 8, 12, 16, ..., 40"."""
+    shown = [str(x) for x in steps[:head]]
+    if len(steps) > head:
+        shown += ["...", str(steps[-1])] if len(steps) > head + 1 else [str(steps[-1])]
+    return ", ".join(shown)

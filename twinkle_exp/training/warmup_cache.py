@@ -9,14 +9,11 @@ while the others wait on a lock; an unreadable or foreign file is rebuilt with a
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +21,12 @@ import torch
 from torch import nn
 
 from twinkle_exp.config.schema import WarmupConfig
+from twinkle_exp.models.cache_files import locked, readable_by_group
 from twinkle_exp.policy.build import Policy
 from twinkle_exp.tasks import Task
 
 log = logging.getLogger(__name__)
+__all__ = ["cache_key", "load", "locked", "save"]
 CACHE_FORMAT = 2  # bump when the warm-start procedure or the key changes, so old files are not reused
 
 
@@ -59,18 +58,6 @@ def cache_key(policy_cfg: dict, task_cfg: dict, warmup: WarmupConfig, policy: Po
     for path in task.data_files():
         digest.update(Path(path).read_bytes())
     return digest.hexdigest()[:16]
-
-
-@contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Hold `<path>.lock` exclusively: parallel jobs of a sweep train one warm-start, the others wait."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{path}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def load(path: Path, model: nn.Module) -> bool:
@@ -105,7 +92,5 @@ def save(model: nn.Module, path: Path) -> None:
         except BaseException:  # a second Ctrl-C, a full disk: no half-written file left behind
             os.unlink(tmp.name)
             raise
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp.name, 0o666 & ~umask)  # mkstemp's 0600 would hide it from the group's other jobs
+    readable_by_group(tmp.name)  # mkstemp's 0600 would hide it from the group's other jobs
     os.replace(tmp.name, path)

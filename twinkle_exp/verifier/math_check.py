@@ -4,12 +4,17 @@ math-verify's own timeouts use `signal.alarm`, which raises "signal only works i
 the main thread; and it swallows every `Exception`, so a timeout raised as one would read as a wrong
 answer. Here its timeouts are off and the whole check (parse the gold answer, parse the completion,
 compare) runs under one interval timer that raises a `BaseException`, in the worker's main thread.
+
+A gold answer that is a number is compared with the completion's stated final answer (`final_answer`), not
+with whatever math-verify can evaluate in it: that would score a completion restating "59 + 63 =" as 122.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
+
+from twinkle_exp.verifier.final_answer import final_answer, to_fraction
 
 CORRECT, WRONG = "correct", "wrong"
 NO_ANSWER = "no_answer"  # nothing in the completion parsed as an answer
@@ -41,6 +46,12 @@ def check_answer(gold: str, completion: str, timeout_s: float) -> str:
     try:
         signal.setitimer(signal.ITIMER_REAL, timeout_s)
         try:
+            number = to_fraction(gold)
+            if number is not None:
+                stated = final_answer(completion)
+                if stated is None:
+                    return NO_ANSWER
+                return CORRECT if stated == number else WRONG
             gold_parsed = parse(gold, parsing_timeout=None)
             if not gold_parsed:
                 return BAD_GOLD
