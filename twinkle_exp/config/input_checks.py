@@ -32,14 +32,20 @@ def policy_tokenizer(policy: dict[str, Any], task: Any) -> tuple[Any, int | None
             "raise policy.max_seq_len (the built-in policy is for short prompts; policy=hf for real models)"
         )
     elif target.endswith("hf_policy"):
+        from twinkle_exp.models.gguf import is_gguf_source, resolve_source, source_problems
         from twinkle_exp.models.hf_context import check_model_source, tokenizer_and_context
 
         name = policy["name_or_path"]
-        tokenizer, positions, source = tokenizer_and_context(name, bool(policy.get("trust_remote_code")))
+        if source_problems(policy):
+            return None  # the GGUF file is missing: that line is the config check's
+        # A GGUF file is read through its converted directory (converted once here, reused by the build).
+        local = resolve_source(name) if is_gguf_source(name) else name
+        tokenizer, positions, source = tokenizer_and_context(local, bool(policy.get("trust_remote_code")))
         limit = f"policy.name_or_path={name!r} ({positions} positions, its {source})"
         remedy = "use a model with more positions"
-        if policy.get("reference_name_or_path"):
-            check_model_source("policy.reference_name_or_path", policy["reference_name_or_path"])
+        reference = policy.get("reference_name_or_path")
+        if reference and not is_gguf_source(reference):
+            check_model_source("policy.reference_name_or_path", reference)
     else:
         return None  # a policy of the user's own: its tokenizer is only known once it is built
     if getattr(task, "chat_template", False):
