@@ -51,7 +51,7 @@ EXPECTED = {
         "values": {"loss.tau_pos": 1.0, "loss.tau_neg": 1.05},
         "cites": ["Soft Adaptive Policy Optimization", "Qwen", "2025"],
     },
-    # Not a paper's recipe: a real model that learns in minutes on a CPU (docs/real-models-smollm2.md).
+    # Not a paper's recipe: a real model that learns in minutes on a CPU (docs/real-models.md, "SmolLM2-135M-Instruct: a real pretrained model on a CPU").
     "smollm2_addition": {
         "target": "twinkle_exp.loss.GRPOLoss",
         "values": {
