@@ -87,3 +87,16 @@ def test_reverse_with_pad_aligns_every_prompt_on_max_len():
     assert ReverseTask().sample(1, random.Random(0))[0].prompt.count("_") == 0  # off by default
     with pytest.raises(ValueError, match="pad must be one character outside the alphabet"):
         ReverseTask(pad="a")
+
+
+@pytest.mark.parametrize(
+    "completion,score",
+    [("cba|....", 1.0), ("cba|", 1.0), ("cba", 0.0), ("cba|x|y", 1.0), ("abc|...", 0.0), ("|cba", 0.0)],
+)
+def test_answer_first_scores_the_text_before_the_first_separator(completion, score):
+    task = ScratchpadTask(answer_first=True)
+    assert answer_after_separator("|", answer_first=True)(["pad:abc="], [completion], ["cba"]) == [score]
+    assert (task.completion_answer(completion) == "cba") == (score == 1.0)
+    ex = task.sample(1, random.Random(5))[0]
+    answer, sep, filler = ex.demonstration.partition("|")
+    assert answer == ex.answer and sep == "|" and set(filler) <= {"."}

@@ -1,6 +1,9 @@
 """Reversal with a scratchpad: free text, a separator, then the answer; only the answer is scored.
 
-Prompt "pad:abc=", a correct completion "....|cba" (any filler before the last "|"). The completion's length
+Prompt "pad:abc=", a correct completion "....|cba" (any filler before the last "|"); with `answer_first` the
+free text comes after the answer instead, "cba|....", so that how long it is cannot change where the answer
+sits (the built-in policy's positions are absolute: a longer filler before the answer makes the answer harder
+to place, and the reward then prefers short completions after all). The completion's length
 is free of the reward, which is the condition the length-bias claims need (Liu et al. 2025, arXiv
 2503.20783: under a per-sequence 1/|o| normaliser incorrect completions grow): nothing about the filler is
 rewarded or penalised, so how long completions become is decided by the loss's normaliser alone. The
@@ -18,11 +21,12 @@ from twinkle_exp.tasks.base import Example, ProceduralTask, check_length_range, 
 
 @dataclass(kw_only=True, eq=False)
 class ScratchpadTask(ProceduralTask):
-    """Reverse `min_len`..`max_len` characters of `alphabet`, answering after `separator`.
+    """Reverse `min_len`..`max_len` characters of `alphabet`, answering after `separator` (or before it).
 
     The warm-start's demonstrations put `min_filler`..`max_filler` characters of `filler` (each drawn
-    uniformly) before the separator. Validation and the `scratchpad` reward compare what follows the last
-    separator with the answer; a completion without a separator has no answer.
+    uniformly) before the separator (after it with `answer_first`). Validation and the `scratchpad` reward
+    compare what follows the last separator (precedes the first) with the answer; a completion without a
+    separator has no answer.
     """
 
     name = "scratchpad"
@@ -34,6 +38,7 @@ class ScratchpadTask(ProceduralTask):
     min_filler: int = 0
     max_filler: int = 8
     separator: str = "|"
+    answer_first: bool = False
 
     def check(self) -> None:
         check_length_range(self.min_len, self.max_len, "len")
@@ -60,8 +65,18 @@ class ScratchpadTask(ProceduralTask):
         text = "".join(rng.choice(self.alphabet) for _ in range(length))
         pad = "".join(rng.choice(self.filler) for _ in range(rng.randint(self.min_filler, self.max_filler)))
         answer = text[::-1]
-        return Example(prompt=f"pad:{text}=", answer=answer, demonstration=pad + self.separator + answer)
+        shown = answer + self.separator + pad if self.answer_first else pad + self.separator + answer
+        return Example(prompt=f"pad:{text}=", answer=answer, demonstration=shown)
 
     def completion_answer(self, completion: str) -> str:
-        head, separator, tail = completion.rpartition(self.separator)
-        return tail if separator else ""
+        return answer_part(completion, self.separator, self.answer_first)
+
+
+def answer_part(completion: str, separator: str, answer_first: bool) -> str:
+    """The answer of a scratchpad completion: what follows the last separator (precedes the first with
+    `answer_first`); "" when there is no separator."""
+    if answer_first:
+        head, found, _ = completion.partition(separator)
+        return head if found else ""
+    _, found, tail = completion.rpartition(separator)
+    return tail if found else ""
