@@ -195,7 +195,8 @@ def test_steps_to_the_control_arms_level_with_censoring():
         curve = lambda s: [(0, 0.4), (reach_at + s, final), (160, final)]  # noqa: E731
         return [run(label, s, {M.VAL_ACCURACY: curve(s)}) for s in seeds]
 
-    # DAPO (control) ends at 0.8 after reaching it at ~100; CISPO gets to 0.85 at ~50: threshold
+    # DAPO (the baseline, the ratio's numerator) ends at 0.8 after reaching it at ~100; CISPO gets to 0.85 at
+    # ~50: threshold
     # 0.4 + 0.9 (0.8 - 0.4) = 0.76
     runs = acc_runs("loss=cispo", 50, 0.85) + acc_runs("loss=bnpo", 100, 0.8)
     v = decide(CLAIMS["cispo_speed"], runs)
@@ -214,3 +215,13 @@ def test_steps_to_the_control_arms_level_with_censoring():
 def test_a_finding_without_runs_of_an_arm_says_which():
     with pytest.raises(ValueError, match="no finished run of loss=drgrpo"):
         decide(CLAIMS["drgrpo_length"], _length_runs("loss=grpo", 4.0))
+
+
+def test_steps_to_threshold_is_not_testable_when_the_baseline_does_not_improve():
+    runs = [run("loss=bnpo", s, {M.VAL_ACCURACY: [(0, 0.36), (160, 0.30)]}) for s in range(5)]
+    runs += [run("loss=cispo", s, {M.VAL_ACCURACY: [(0, 0.36), (160, 0.33)]}) for s in range(5)]
+    v = decide(CLAIMS["cispo_speed"], runs)
+    assert (
+        v.verdict.startswith("not testable: the baseline's final val/accuracy is not above")
+        and v.p_value is None
+    )

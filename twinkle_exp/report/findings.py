@@ -78,16 +78,17 @@ def steps_to(series: Series, threshold: float) -> float:
 THRESHOLD_SHARE = 0.9
 
 
-def baseline_threshold(runs: list[Run], baseline: str, key: str) -> float:
-    """The accuracy `THRESHOLD_SHARE` of the way from the runs' mean first value to the baseline's mean last."""
+def baseline_threshold(runs: list[Run], baseline: str, key: str) -> tuple[float, float]:
+    """(threshold, start): the accuracy `THRESHOLD_SHARE` of the way from the runs' mean first value (start)
+    to the baseline's mean last value; NaNs when no run logged `key`."""
     first = [r.metrics[key][0][1] for r in runs if r.finished and r.metrics.get(key)]
     last = [
         r.metrics[key][-1][1] for r in runs if r.finished and baseline in r.overrides and r.metrics.get(key)
     ]
     if not first or not last:
-        return float("nan")
+        return float("nan"), float("nan")
     start = float(np.mean(first))
-    return start + THRESHOLD_SHARE * (float(np.mean(last)) - start)
+    return start + THRESHOLD_SHARE * (float(np.mean(last)) - start), start
 
 
 def _steps_to_control_level(series: Series, run: Run) -> float | None:
@@ -196,7 +197,13 @@ def decide(claim: Claim, runs: list[Run]) -> Verdict:
     """The claim's effect, interval, p-value and verdict on `runs` (raises ValueError if an arm is empty)."""
     threshold = None
     if claim.per_run is _steps_to_control_level:
-        threshold = baseline_threshold(runs, claim.treatment, claim.key)
+        threshold, start = baseline_threshold(runs, claim.treatment, claim.key)
+        if not threshold > start:  # the baseline ended no better than it started: nothing to reach
+            nan = Estimate(float("nan"), None, None, 0)
+            reason = (
+                f"not testable: the baseline's final {claim.key} is not above the warm-start's {start:.1%}"
+            )
+            return Verdict(claim, [], [], nan, None, reason, threshold)
         claim = dataclasses.replace(claim, per_run=lambda series, run: steps_to(series, threshold))
     x, y = arm_values(claim, runs, claim.treatment), arm_values(claim, runs, claim.control)
     if not x or not y:

@@ -8,6 +8,7 @@ prints the verdict lines.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -26,8 +27,8 @@ def _fmt(x: float) -> str:
 
 def arm_means(claim: Claim, runs: list[Run], arm: str, key: str) -> str:
     """Mean over the arm's finished runs of each run's mean of `key`, with the runs' range."""
-    values = [np.mean([v for _, v in r.metrics[key]]) for r in runs if r.finished and arm in r.overrides]
-    values = [v for v in values if np.isfinite(v)] if values else []
+    chosen = [r for r in runs if r.finished and arm in r.overrides and r.metrics.get(key)]
+    values = [v for v in (np.mean([v for _, v in r.metrics[key]]) for r in chosen) if np.isfinite(v)]
     if not values:
         return "not logged"
     return f"{_fmt(float(np.mean(values)))} (runs {_fmt(min(values))}..{_fmt(max(values))})"
@@ -39,6 +40,9 @@ def render(v: Verdict, runs: list[Run], plot: Path | None) -> str:
     what = "treatment / control" if c.effect == "ratio" else "treatment - control"
     interval = "n/a" if e.low is None else f"[{_fmt(e.low)}, {_fmt(e.high)}]"
     p = "n/a" if v.p_value is None else f"{v.p_value:.3g}"
+    testable = bool(v.treatment)  # else the verdict says why, and the diagnostics show it
+    if not testable:
+        v = dataclasses.replace(v, treatment=[float("nan")], control=[float("nan")])
     lines = [
         f"### {c.name}: {v.verdict}",
         "",
@@ -50,6 +54,8 @@ def render(v: Verdict, runs: list[Run], plot: Path | None) -> str:
         f"exact permutation p = {p} (two-sided; {len(v.treatment)} vs {len(v.control)} seeds); "
         f"the paper's direction: {c.expected} {'1' if c.effect == 'ratio' else '0'}",
     ]
+    if not testable:
+        lines = lines[:3]
     if c.diagnostics:
         lines.append("- diagnostics (mean over the run, averaged over seeds):")
         for key in c.diagnostics:
