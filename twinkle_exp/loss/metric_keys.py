@@ -14,7 +14,7 @@ CISPO_CLIP = "cispo/clip_ratio"  # tokens whose importance weight CISPO capped a
 # Shares of completion tokens (token-weighted like the clip ratios, so micro-batches and ranks add up):
 ADV_POSITIVE = "clip_ratio/positive_adv_mean"  # tokens with A > 0
 ADV_NEGATIVE = "clip_ratio/negative_adv_mean"  # tokens with A < 0
-LOW_PROB_OLD = 0.2  # DAPO's "low-probability token": old probability below this (arXiv 2503.14476, Fig. 3)
+LOW_PROB_OLD = 0.2  # DAPO's "low-probability token": old probability below this (arXiv 2503.14476)
 CLIP_HIGH_LOW_PROB = "clip_ratio/high_low_prob_mean"  # up-clipped (CLIP_HIGH) with old probability < 0.2
 # Ratios of the shares above, taken once a step's shares are reduced (`derived_clip_metrics`); left out of
 # a step where the denominator is 0:
