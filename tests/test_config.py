@@ -200,6 +200,8 @@ def test_reward_option_builds_callables(option):
     prompts, completions, answers = ["1+2=", "1+2=", "1+2="], ["3", "4", "3333"], ["3", "3", "3"]
     if option == "math_format":  # its answers count only inside the tags
         completions = [f"<answer>{c}</answer>" for c in completions]
+    if option == "scratchpad":  # its answers count only after the separator
+        completions = [f"..|{c}" for c in completions]
     for term in rewards.functions:
         assert callable(term.fn)
         values = term.fn(prompts, completions, answers)

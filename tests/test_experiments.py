@@ -46,6 +46,26 @@ EXPECTED = {
         },
         "cites": ["Yu", "DAPO", "2025", "entropy collapse", "clip-higher"],
     },
+    "grpo_paper": {
+        "target": "twinkle_exp.loss.GRPOLoss",
+        "values": {"advantage.scale": "group"},
+        "cites": ["Shao", "DeepSeekMath", "2024"],
+    },
+    "bnpo_paper": {
+        "target": "twinkle_exp.loss.BNPOLoss",
+        "values": {"advantage.scale": "group"},
+        "cites": ["BNPO", "token mean"],
+    },
+    "cispo_paper": {
+        "target": "twinkle_exp.loss.CISPOLoss",
+        "values": {"advantage.scale": "group"},
+        "cites": ["MiniMax", "2025", "2506.13585"],
+    },
+    "grpo_gspo_baseline": {
+        "target": "twinkle_exp.loss.GRPOLoss",
+        "values": {"loss.clip_range": 0.2, "loss.clip_range_high": 0.27},
+        "cites": ["Zheng", "Group Sequence Policy Optimization", "2025"],
+    },
     "sapo_paper": {
         "target": "twinkle_exp.loss.SAPOLoss",
         "values": {"loss.tau_pos": 1.0, "loss.tau_neg": 1.05},

@@ -160,13 +160,13 @@ def test_report_numbers_files_and_statuses(sweep: Path, capsys) -> None:
     # grpo: finals 0.6, 0.7 -> 65.0; two seeds: every bootstrap mean lies in 0.6..0.7, each end with
     # probability 1/4, so the 95% percentile interval is [60, 70]. AUC: (5 (0.1+0.4)/2 + 5 (0.4+0.6)/2) / 10
     # = 0.375 and 0.475 -> 42.5 [37.5, 47.5]. Threshold at steps 10 and 5 -> 7.5; KL 0.02, 0.04 -> 0.03.
-    assert rows[GRPO] == [
+    assert rows[GRPO] == [  # AUC first: the headline score; then final accuracy
         GRPO,
         "2/4",
+        "42.5 [37.5, 47.5]",
+        "42.5 [37.5, 47.5]",  # IQM = mean with fewer than 4 seeds
         "65.0 [60.0, 70.0]",
-        "65.0 [60.0, 70.0]",  # IQM = mean with fewer than 4 seeds
-        "42.5 [37.5, 47.5]",
-        "42.5 [37.5, 47.5]",
+        "65.0 [60.0, 70.0]",
         "7.5 (2/2)",
         "0.03",
         "2 min 30 s",
@@ -174,10 +174,10 @@ def test_report_numbers_files_and_statuses(sweep: Path, capsys) -> None:
     # sapo: finals 0.3, 0.55; AUC 2.0/10 = 0.2 and (5 0.15 + 3 0.425)/8 = 0.253125; only seed 1 reaches 0.5,
     # at step 8; beta=0 so no KL.
     assert rows[SAPO][2:7] == [
-        "42.5 [30.0, 55.0]",
-        "42.5 [30.0, 55.0]",
         "22.7 [20.0, 25.3]",
         "22.7 [20.0, 25.3]",
+        "42.5 [30.0, 55.0]",
+        "42.5 [30.0, 55.0]",
         "8.0 (1/2)",
     ]
     assert rows[SAPO][7:] == ["–", "1 min 00 s"]
@@ -316,7 +316,7 @@ def test_missing_metric_skips_plot_and_out_dir(tmp_path: Path) -> None:
     assert not (out / "kl.png").exists() and (out / "val_accuracy.png").is_file()
     text = (out / "report.md").read_text()
     assert "skipped, no run logged train/kl" in text
-    assert md_rows(text)["loss=sapo"][2] == "60.0 (n=1)"
+    assert md_rows(text)["loss=sapo"][4] == "60.0 (n=1)"  # final accuracy, after the AUC columns
     assert "1 vs" not in text  # one variant: no pairs
 
 
@@ -359,8 +359,9 @@ def test_group_by_merges_seeds_across_sweep_directories(tmp_path: Path) -> None:
     rows = md_rows((out / "report.md").read_text())
     # sapo: seeds 0, 1 from the first sweep and seed 2 from the later one (tau written 0.50 there, 0.5 in
     # its config): 0.5, 0.6, 0.7 -> 60.0, and with 3 seeds the percentile interval is min..max.
-    assert rows["loss=sapo, loss.tau=0.5"][1:3] == ["3/3", "60.0 [50.0, 70.0]"]
-    assert rows["loss=grpo"][1:3] == ["2/2", "35.0 [30.0, 40.0]"]  # GRPO has no tau: left out of its label
+    sapo, grpo = rows["loss=sapo, loss.tau=0.5"], rows["loss=grpo"]
+    assert [sapo[1], sapo[4]] == ["3/3", "60.0 [50.0, 70.0]"]  # seeds, final accuracy (after the AUC columns)
+    assert [grpo[1], grpo[4]] == ["2/2", "35.0 [30.0, 40.0]"]  # GRPO has no tau: left out of its label
     assert "first/0_loss=sapo" in rows and "later/0_loss=sapo" in rows  # job names relative to multirun/
 
 

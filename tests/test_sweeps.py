@@ -52,7 +52,7 @@ def _assert_job_config(cfg: DictConfig, override: str) -> None:
     key, value = parsed.key_or_group, parsed.value()  # typed as Hydra reads it (1e-05 is a float)
     if key == "loss":
         assert cfg.loss._target_.rsplit(".", 1)[1] == LOSSES[value].__name__, (override, cfg.loss)
-    elif key == "sweep":
+    elif key in ("sweep", "experiment"):  # presets: checked by the config check and the loss built below
         pass
     else:
         got = OmegaConf.select(cfg, key, throw_on_missing=True)
@@ -120,8 +120,18 @@ def test_grids_are_what_their_headers_say():
             ).items()
         }
 
-    six = ["bnpo", "cispo", "drgrpo", "grpo", "gspo", "sapo"]
-    assert sorted(grid("six_losses")["loss"]) == six and grid("six_losses")["seed"] == ["0", "1", "2"]
+    six = sorted(LOSSES)
+    presets = grid("six_losses")["+experiment"]
+    assert sorted(p.removesuffix("_paper") for p in presets) == six and grid("six_losses")["seed"] == [
+        "0",
+        "1",
+        "2",
+    ]
+    # each loss as its paper defines it: Dr.GRPO with unscaled advantages, GSPO at its own clip range
+    drgrpo = _compose(["+sweep=six_losses", "+experiment=drgrpo_paper"])
+    assert drgrpo.loss._target_.endswith("DRGRPOLoss") and drgrpo.advantage.scale == "none"
+    gspo = _compose(["+sweep=six_losses", "+experiment=gspo_paper"])
+    assert gspo.loss._target_.endswith("GSPOLoss") and gspo.loss.clip_range == 3e-4
     assert sorted(grid("six_losses_quick")["loss"]) == six and grid("six_losses_quick")["seed"] == ["0", "1"]
     assert [float(t) for t in grid("sapo_tau")["loss.tau"]] == [0.25, 0.5, 1.0, 2.0]
     assert _compose(["+sweep=sapo_tau"]).loss._target_ == "twinkle_exp.loss.SAPOLoss"

@@ -11,6 +11,7 @@ from twinkle_exp.tasks import (
     HFDatasetTask,
     JsonlTask,
     ReverseTask,
+    ScratchpadTask,
     SortDigitsTask,
     Task,
 )
@@ -37,6 +38,7 @@ def test_registry_names_and_types():
         "jsonl": JsonlTask,
         "hf_dataset": HFDatasetTask,
         "gsm8k": GSM8KTask,
+        "scratchpad": ScratchpadTask,
     } == TASKS
     for name, cls in TASKS.items():
         assert issubclass(cls, Task)

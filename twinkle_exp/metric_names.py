@@ -13,7 +13,13 @@ ADVANTAGE_ABS_MEAN = "train/advantage_abs_mean"
 LOSS = "train/loss"
 ENTROPY = "train/entropy"
 COMPLETION_MEAN_LENGTH = "train/completions/mean_length"
-COMPLETION_CLIPPED_RATIO = "train/completions/clipped_ratio"  # no EOS within max_new_tokens
+COMPLETION_CLIPPED_RATIO = (
+    "train/completions/clipped_ratio"  # no EOS within max_new_tokens: the truncation rate
+)
+# Mean completion length (tokens, EOS included) of the rollout's correct / incorrect completions, correct as
+# the reward judged it (training.rollout_metrics.is_correct); absent from a rollout with none of that kind.
+COMPLETION_LENGTH_CORRECT = "train/completions/mean_length_correct"
+COMPLETION_LENGTH_INCORRECT = "train/completions/mean_length_incorrect"
 GRAD_NORM = "train/grad_norm"  # of the unscaled gradients, before clipping
 LEARNING_RATE = "train/lr"  # the rate the optimizer step used
 # |trainer's log-prob - sampler's| per completion token, on a rollout's first minibatch before any update:
@@ -32,6 +38,9 @@ ROLLOUT_TOKENS_PER_S = "time/rollout_tokens_per_s"
 UPDATE_TOKENS_PER_S = "time/update_tokens_per_s"
 VAL_ACCURACY = "val/accuracy"  # greedy exact match on the held-out set
 VAL_REWARD_MEAN = "val/reward_mean"
+# + the answer's length in characters: val/accuracy on the held-out answers of that length (tasks with a few
+# distinct lengths only), the breakdown that shows whether a plateau is the task's limit or the loss's.
+VAL_ACCURACY_BY_LENGTH = "val/accuracy_by_length/"
 SAMPLES_TABLE = "samples"
 
 # The loss's metrics, as logged by the trainer.
@@ -40,6 +49,9 @@ KL = TRAIN + loss_keys.KL
 CLIP_LOW = TRAIN + loss_keys.CLIP_LOW
 CLIP_HIGH = TRAIN + loss_keys.CLIP_HIGH
 CLIP_REGION = TRAIN + loss_keys.CLIP_REGION
+CLIP_HIGH_GIVEN_POSITIVE = TRAIN + loss_keys.CLIP_HIGH_GIVEN_POSITIVE
+CLIP_LOW_GIVEN_NEGATIVE = TRAIN + loss_keys.CLIP_LOW_GIVEN_NEGATIVE
+LOW_PROB_GIVEN_HIGH = TRAIN + loss_keys.LOW_PROB_GIVEN_HIGH
 
 # Optimizer steps skipped so far because a reward, advantage, log-prob, loss or gradient was not finite.
 SKIPPED_STEPS = "train/skipped_steps"

@@ -56,6 +56,12 @@ def _quiet_lightning() -> None:
     rank_zero.addFilter(lambda record: "litlogger" not in record.getMessage())
 
 
+def by_answer_length(validation: dict[str, float]) -> dict[str, float]:
+    """`{answer length: accuracy}` from one validation's metrics (`M.VAL_ACCURACY_BY_LENGTH` keys)."""
+    prefix = M.VAL_ACCURACY_BY_LENGTH
+    return {k[len(prefix) :]: v for k, v in validation.items() if k.startswith(prefix)}
+
+
 def _warmup_device(trainer: TrainerConfig) -> torch.device:
     # The warm-start runs before Lightning takes over the devices: use the GPU the trainer would use.
     wants_gpu = trainer.accelerator in ("auto", "gpu", "cuda")
@@ -236,6 +242,9 @@ def _final_figures(
     return {
         "accuracy_before": module.validation.first[M.VAL_ACCURACY],
         "accuracy_after": final[M.VAL_ACCURACY],
+        # {answer length: accuracy}: where a plateau sits (empty for tasks of free-form answers)
+        "accuracy_by_length_before": by_answer_length(module.validation.first),
+        "accuracy_by_length_after": by_answer_length(final),
         "steps": trainer.global_step,
         "rollouts": module.rollouts_done,
         "wall_time_s": round(time.time() - began, 1),

@@ -2,7 +2,7 @@
 
 from twinkle_exp.loss import metric_keys
 from twinkle_exp.loss.batch import completion_mask
-from twinkle_exp.loss.core import OBJECTIVES, LossOutput, LossSpec, compute_loss
+from twinkle_exp.loss.core import OBJECTIVES, LossOutput, LossSpec, compute_loss, derived_clip_metrics
 from twinkle_exp.loss.hidden_logprobs import hidden_log_probs, shift_hidden_to_labels
 from twinkle_exp.loss.kl import KL_ESTIMATORS, kl_penalty
 from twinkle_exp.loss.logprobs import (
@@ -59,6 +59,7 @@ __all__ = [
     "SAPOLoss",
     "completion_mask",
     "compute_loss",
+    "derived_clip_metrics",
     "get_loss_class",
     "hidden_log_probs",
     "kl_penalty",

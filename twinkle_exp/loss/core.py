@@ -130,6 +130,18 @@ def _policy_masks(spec: LossSpec, b: TokenBatch) -> dict[str, torch.Tensor]:
     return masks
 
 
+def derived_clip_metrics(shares: dict[str, float], prefix: str = "") -> dict[str, float]:
+    """The clip fraction within each sign of the advantage, and the low-probability share of the up-clipped
+    tokens (`metric_keys.DERIVED`), from a step's reduced token shares keyed `prefix` + a `metric_keys` key.
+
+    Ratios of the step's shares rather than per-micro-batch ratios, so that they are exact for any split."""
+    out = {}
+    for key, (numerator, denominator) in K.DERIVED.items():
+        if shares.get(prefix + denominator, 0.0) > 0 and prefix + numerator in shares:
+            out[prefix + key] = shares[prefix + numerator] / shares[prefix + denominator]
+    return out
+
+
 def compute_loss(
     spec: LossSpec, b: TokenBatch, *, num_sequences: int | None = None, num_tokens: int | None = None
 ) -> LossOutput:
@@ -188,6 +200,11 @@ def compute_loss(
             K.CLIP_HIGH: seq_ops.masked_mean(high, mask),
             K.CLIP_REGION: seq_ops.masked_mean(low | high, mask),
             K.POLICY_LOSS: _aggregate(spec, b, policy_per_token, seqs, tokens),
+            K.ADV_POSITIVE: seq_ops.masked_mean(adv > 0, mask),
+            K.ADV_NEGATIVE: seq_ops.masked_mean(adv < 0, mask),
+            K.CLIP_HIGH_LOW_PROB: seq_ops.masked_mean(
+                high & (b.old_logps.detach().exp() < K.LOW_PROB_OLD), mask
+            ),
         }
     )
     extra.update(masks)

@@ -14,6 +14,7 @@ from .aggregate import DEFAULT_SCORES, group_by_variant, metric_score, summarize
 from .attempts import HEADERS as ATTEMPT_HEADERS
 from .attempts import attempt_rows, render_attempts_markdown
 from .checks_sweep import identical_variants, sweep_checks
+from .checks_variants import variant_checks
 from .compare import compare_all
 from .grouping import GroupByError, assign_groups, flag_repeated_seeds, parse_group_by
 from .plots import legend_labels, plot_all, variant_colors
@@ -21,6 +22,7 @@ from .plots_intervals import TITLE as INTERVALS_TITLE
 from .plots_intervals import plot_intervals
 from .render import ReportData, build_blocks, to_html, to_markdown
 from .runs import load_runs
+from .speed import threshold_ratios
 from .tables import check_items, problem_items, status_summary, variant_row
 
 EXIT_NO_RUNS = 2  # also: a usage error (argparse's own code)
@@ -127,12 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         stats=stats,
         scores=scores,
         comparisons=compare_all(stats, scores, names),
-        checks=sweep_checks(variants),
+        checks=sweep_checks(variants) + variant_checks(variants),
         identical=identical_variants(variants),
         names=names,
         shared=shared,
         threshold=args.threshold,
         plots=plots,
+        speed=threshold_ratios(stats, names),
     )
     blocks = build_blocks(data)
     markdown, page = out_dir / "report.md", out_dir / "report.html"
@@ -154,8 +157,8 @@ def print_terminal(d: ReportData, written: list[Path]) -> None:
     for header in (
         "variant",
         "finished",
-        "final acc. % [95% CI]",
         "AUC % [95% CI]",
+        "final acc. % [95% CI]",
         f"≥{d.threshold:.0%} at",
         "wall",
     ):
@@ -171,7 +174,7 @@ def print_terminal(d: ReportData, written: list[Path]) -> None:
         jobs.add_row(*row)
     console.print(jobs)
     for c in d.comparisons:
-        if c.score is d.scores[0] or c.score not in DEFAULT_SCORES:  # final accuracy, and any --score
+        if c.score is d.scores[0] or c.score not in DEFAULT_SCORES:  # the headline (AUC), and any --score
             console.print(c.sentence, highlight=False)
     for item in check_items(d.checks, d.identical, d.names):
         console.print(item, style="yellow" if item.startswith("⚠") else None, highlight=False)

@@ -11,6 +11,8 @@ from pathlib import Path
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
+from twinkle_exp import metric_names as M
+
 from .aggregate import curve
 from .runs import CLIP_REGION, ENTROPY, KL, REWARD_MEAN, VAL_ACCURACY, Run
 from .stats import N_RESAMPLES
@@ -40,6 +42,18 @@ PLOTS = (
     PlotSpec(REWARD_MEAN, "reward.png", "Training reward", "mean reward per completion"),
     PlotSpec(ENTROPY, "entropy.png", "Policy entropy on its own samples", "entropy (nats per token)"),
     PlotSpec(KL, "kl.png", "KL divergence to the reference policy", "KL estimate (nats per token)"),
+    PlotSpec(
+        M.COMPLETION_LENGTH_CORRECT,
+        "length_correct.png",
+        "Completion length of correct completions (the reward's verdict)",
+        "mean length, correct (tokens)",
+    ),
+    PlotSpec(
+        M.COMPLETION_LENGTH_INCORRECT,
+        "length_incorrect.png",
+        "Completion length of incorrect completions (the reward's verdict)",
+        "mean length, incorrect (tokens)",
+    ),
     PlotSpec(
         CLIP_REGION,
         "clip_fraction.png",

@@ -13,6 +13,8 @@ from .aggregate import Score, VariantStats
 from .checks_sweep import CheckResult
 from .compare import Comparison
 from .runs import Run
+from .speed import HEADERS as SPEED_HEADERS
+from .speed import MIN_REACHED
 from .tables import (
     JOB_HEADERS,
     METHOD_NOTES,
@@ -42,7 +44,13 @@ class ReportData:
     shared: str  # those shared overrides, "" if none
     threshold: float
     plots: dict[str, tuple[str, Path | None]] = field(default_factory=dict)
+    speed: list[list[str]] = field(default_factory=list)  # rows under speed.HEADERS
 
+
+SPEED_NOTE = (
+    "Ratio of the mean steps to the threshold over the runs that reached it (below 1: the first variant is "
+    "faster); 95% stratified percentile bootstrap interval; p: exact permutation test of the difference."
+)
 
 # A block: ("h1" | "h2" | "p", text) | ("ul", [items]) | ("table", headers, rows) | ("img", title, path)
 Block = tuple
@@ -74,6 +82,11 @@ def build_blocks(d: ReportData) -> list[Block]:
             ("table", PAIR_HEADERS, [pair_row(c) for c in chosen]),
             ("ul", [c.sentence for c in chosen]),
         ]
+    blocks.append(("h2", f"Steps to {d.threshold:.0%} accuracy: ratios between variants"))
+    if d.speed:
+        blocks += [("table", SPEED_HEADERS, d.speed), ("p", SPEED_NOTE)]
+    else:
+        blocks.append(("p", f"No pair of variants had {MIN_REACHED}+ runs each reaching the threshold."))
     blocks += [("h2", "Checks"), ("ul", check_items(d.checks, d.identical, d.names)), ("h2", "Plots")]
     for title, (key, path) in d.plots.items():
         blocks.append(

@@ -12,8 +12,9 @@ from .stats import CONFIDENCE, MAX_SEEDS, N_RESAMPLES, Estimate
 
 NONE = "–"
 METHOD_NOTES = (
-    "Table: finished runs only; final = a run's last val/accuracy; AUC = area under val/accuracy against the "
-    "optimizer step divided by the run's first..last validation span (the mean accuracy over training).",
+    "Table: finished runs only; AUC (the headline score) = area under val/accuracy against the optimizer step "
+    "divided by the run's first..last validation span (the mean accuracy over training); final = a run's last "
+    "val/accuracy, which saturates when every variant reaches the task's ceiling within the budget.",
     f"Intervals: {CONFIDENCE:.0%} percentile bootstrap over seeds (scipy.stats.bootstrap, {N_RESAMPLES:,} "
     "resamples, fixed seed); in comparisons each variant's seeds are resampled separately (stratified) and "
     "seeds are not paired by number. IQM = interquartile mean (mean of the middle 50%); with fewer than 4 "

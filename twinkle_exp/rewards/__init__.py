@@ -13,8 +13,10 @@ from twinkle_exp.rewards.reward_set import (
     build_rewards,
 )
 from twinkle_exp.rewards.text import (
+    AnswerAfterSeparator,
     FormatReward,
     LengthPenalty,
+    answer_after_separator,
     exact_match,
     format_reward,
     length_penalty,
@@ -22,6 +24,8 @@ from twinkle_exp.rewards.text import (
 )
 
 __all__ = [
+    "AnswerAfterSeparator",
+    "answer_after_separator",
     "FormatReward",
     "LengthPenalty",
     "MathReward",

@@ -85,3 +85,35 @@ class FormatReward:
 def format_reward(pattern: str = r"<answer>.+?</answer>") -> FormatReward:
     """Factory for `FormatReward` (a Hydra `_target_` with keyword arguments)."""
     return FormatReward(pattern=pattern)
+
+
+@dataclass(frozen=True)
+class AnswerAfterSeparator:
+    """1.0 where the text after the completion's last `separator` (before its first, with `answer_first`)
+    equals the answer (stripped), else 0.0.
+
+    The scratchpad task's reward: the text on the other side of the separator is free, neither rewarded nor
+    penalised; a completion without the separator has no answer and scores 0.
+    """
+
+    separator: str = "|"
+    answer_first: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.separator:
+            raise ValueError("answer_after_separator: separator must be non-empty")
+
+    def __call__(self, prompts: list[str], completions: list[str], answers: list[str]) -> list[float]:
+        out = []
+        for completion, answer in zip(completions, answers, strict=True):
+            if self.answer_first:
+                part, found, _ = completion.partition(self.separator)
+            else:
+                _, found, part = completion.rpartition(self.separator)
+            out.append(1.0 if found and part.strip() == answer.strip() else 0.0)
+        return out
+
+
+def answer_after_separator(separator: str = "|", answer_first: bool = False) -> AnswerAfterSeparator:
+    """Factory for `AnswerAfterSeparator` (a Hydra `_target_` with keyword arguments)."""
+    return AnswerAfterSeparator(separator=separator, answer_first=answer_first)

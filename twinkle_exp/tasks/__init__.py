@@ -7,12 +7,14 @@ from twinkle_exp.tasks.gsm8k import GSM8KTask
 from twinkle_exp.tasks.hf_dataset import HFDatasetTask
 from twinkle_exp.tasks.jsonl import JsonlTask, read_examples
 from twinkle_exp.tasks.reverse import ReverseTask
+from twinkle_exp.tasks.scratchpad import ScratchpadTask
 from twinkle_exp.tasks.sort_digits import SortDigitsTask
 
 TASKS: dict[str, type[Task]] = {
     "addition": AdditionTask,
     "reverse": ReverseTask,
     "sort_digits": SortDigitsTask,
+    "scratchpad": ScratchpadTask,
     "jsonl": JsonlTask,
     "hf_dataset": HFDatasetTask,
     "gsm8k": GSM8KTask,
@@ -28,6 +30,7 @@ __all__ = [
     "JsonlTask",
     "ProceduralTask",
     "ReverseTask",
+    "ScratchpadTask",
     "SortDigitsTask",
     "Task",
     "gsm8k_final_answer",

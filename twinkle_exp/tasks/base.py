@@ -16,6 +16,9 @@ from dataclasses import dataclass
 class Example:
     prompt: str  # text the policy sees, e.g. "12+345="
     answer: str  # the verifiable gold answer, e.g. "357"
+    # What the supervised warm-start imitates when it is not the answer alone (a scratchpad task's free text,
+    # separator and answer); None: the answer.
+    demonstration: str | None = None
 
 
 class Task(ABC):
@@ -34,6 +37,11 @@ class Task(ABC):
     @abstractmethod
     def validation_set(self) -> list[Example]:
         """The held-out examples: identical on every call and every machine for the same constructor args."""
+
+    def completion_answer(self, completion: str) -> str:
+        """The part of a completion that greedy validation compares with the gold answer: all of it, unless
+        the task's completions carry free text before the answer (`ScratchpadTask`)."""
+        return completion
 
     def data_files(self) -> list[str]:
         """Files the examples are read from; their content is part of the warm-start's cache key."""

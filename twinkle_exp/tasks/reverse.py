@@ -12,7 +12,9 @@ from twinkle_exp.tasks.base import Example, ProceduralTask, check_length_range, 
 class ReverseTask(ProceduralTask):
     """Reverse a string of `min_len`..`max_len` characters from `alphabet`.
 
-    The prompt is always "rev:" + s + "=", so s is `prompt[4:-1]` whatever characters the alphabet holds.
+    The prompt is "rev:" + s + "=". With `pad` (one character outside the alphabet) s is left-padded with it
+    to `max_len` characters ("rev:___abc=" for max_len 6), so that every prompt has the same length and the
+    answer's k-th character always sits at the same distance before "=", whatever the string's length.
     The length is drawn uniformly first, then each character uniformly.
     """
 
@@ -21,6 +23,7 @@ class ReverseTask(ProceduralTask):
     min_len: int = 3
     max_len: int = 8
     alphabet: str = "abcdefgh"
+    pad: str = ""
 
     def check(self) -> None:
         check_length_range(self.min_len, self.max_len, "len")
@@ -28,6 +31,10 @@ class ReverseTask(ProceduralTask):
         if len(set(self.alphabet)) != len(self.alphabet):
             # Repeats would skew the character distribution and the count of distinct prompts.
             raise ValueError(f"alphabet has repeated characters: {self.alphabet!r}")
+        if self.pad:
+            check_printable_ascii(self.pad, "pad")
+            if len(self.pad) != 1 or self.pad in self.alphabet:
+                raise ValueError(f"pad must be one character outside the alphabet, got {self.pad!r}")
 
     def num_prompts(self) -> int:
         return sum(len(self.alphabet) ** k for k in range(self.min_len, self.max_len + 1))
@@ -35,4 +42,5 @@ class ReverseTask(ProceduralTask):
     def random_example(self, rng: random.Random) -> Example:
         length = rng.randint(self.min_len, self.max_len)
         text = "".join(rng.choice(self.alphabet) for _ in range(length))
-        return Example(prompt=f"rev:{text}=", answer=text[::-1])
+        shown = text.rjust(self.max_len, self.pad) if self.pad else text
+        return Example(prompt=f"rev:{shown}=", answer=text[::-1])

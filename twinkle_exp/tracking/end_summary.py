@@ -22,6 +22,12 @@ def print_summary(result: dict[str, Any], loss_fn: Any, loggers: list[Any], smok
     before, after = result["accuracy_before"], result["accuracy_after"]
     table.add_row("loss", repr(loss_fn))
     table.add_row("greedy val accuracy", f"{before:.1%} (warm-start) -> {after:.1%} ({after - before:+.1%})")
+    before_by, after_by = result.get("accuracy_by_length_before"), result.get("accuracy_by_length_after")
+    if before_by and after_by:
+        table.add_row(
+            "by answer length",
+            ", ".join(f"{n}: {before_by[n]:.0%} -> {after_by[n]:.0%}" for n in after_by),
+        )
     steps = _plural(result["steps"], "optimizer step")
     table.add_row("steps", f"{steps} from {_plural(result['rollouts'], 'rollout')}")
     if smoke_run:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -10,6 +12,16 @@ from twinkle_exp.models import Tokenizer
 from twinkle_exp.rewards import NonFiniteRewardError, RewardSet, exact_match
 from twinkle_exp.sampling.generate import SamplingOptions, generate
 from twinkle_exp.tasks import Example
+
+# Beyond this many distinct answer lengths (free-form answers: GSM8K) a per-length accuracy is noise.
+MAX_LENGTH_BUCKETS = 16
+
+
+def length_buckets(examples: list[Example]) -> list[int]:
+    """The answer lengths the per-length accuracy is split by: every distinct one of the whole held-out set
+    (the same list on every rank), or none when there are more than `MAX_LENGTH_BUCKETS`."""
+    lengths = sorted({len(e.answer) for e in examples})
+    return lengths if len(lengths) <= MAX_LENGTH_BUCKETS else []
 
 
 @torch.no_grad()
@@ -21,16 +33,21 @@ def greedy_totals(
     *,
     max_new_tokens: int,
     batch_size: int,
+    buckets: list[int] | None = None,
+    completion_answer: Callable[[str], str] | None = None,
 ) -> torch.Tensor:
-    """`[3]` float64 on the model's device: correct answers, summed total reward and number of `examples`,
-    of greedy completions. Sums, so shares of the held-out set decoded on different ranks add up.
-    Restores the model's mode.
+    """`[3 + 2K]` float64 on the model's device: correct answers, summed total reward and number of
+    `examples` of greedy completions, then (correct, count) for each of the K answer lengths in `buckets`.
+    Sums, so shares of the held-out set decoded on different ranks add up. Restores the model's mode.
 
     Correct is the verdict of the reward function that gives one (`RewardSet.verdict`: reward=math), else
-    exact match; a completion cut off at the budget is never correct."""
+    exact match of `completion_answer(completion)` (the task's part of it that is the answer; default: all
+    of it); a completion cut off at the budget is never correct."""
+    buckets = buckets or []
     was_training = model.training
     model.eval()
     correct, reward_sum = 0.0, 0.0
+    by_length = torch.zeros(len(buckets), 2, dtype=torch.float64)  # [K, (correct, count)]
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
         prompts, answers = [e.prompt for e in chunk], [e.answer for e in chunk]
@@ -45,12 +62,17 @@ def greedy_totals(
         except NonFiniteRewardError:  # the accuracy still counts; the mean reward is NaN, as its inputs
             reward_sum = float("nan")
         if matches is None:
-            matches = _verdicts_alone(rewards, prompts, decoded.completions, answers)
+            matches = _verdicts_alone(rewards, prompts, decoded.completions, answers, completion_answer)
         # An answer cut off at the budget is not correct, whatever its text (see RewardSet.truncated_max).
-        correct += sum(m for m, cut in zip(matches, decoded.truncated.tolist(), strict=True) if not cut)
+        hits = [m if not cut else 0.0 for m, cut in zip(matches, decoded.truncated.tolist(), strict=True)]
+        correct += sum(hits)
+        for answer, hit in zip(answers, hits, strict=True):
+            if len(answer) in buckets:
+                by_length[buckets.index(len(answer))] += torch.tensor([hit, 1.0], dtype=torch.float64)
     model.train(was_training)
     device = next(model.parameters()).device
-    return torch.tensor([correct, reward_sum, len(examples)], dtype=torch.float64, device=device)
+    head = torch.tensor([correct, reward_sum, len(examples)], dtype=torch.float64)
+    return torch.cat([head, by_length.flatten()]).to(device)
 
 
 def _verdicts(rewards: RewardSet, raw: dict[str, torch.Tensor]) -> list[float] | None:
@@ -59,15 +81,24 @@ def _verdicts(rewards: RewardSet, raw: dict[str, torch.Tensor]) -> list[float] |
 
 
 def _verdicts_alone(
-    rewards: RewardSet, prompts: list[str], completions: list[str], answers: list[str]
+    rewards: RewardSet,
+    prompts: list[str],
+    completions: list[str],
+    answers: list[str],
+    completion_answer: Callable[[str], str] | None,
 ) -> list[float]:
     verdict = rewards.verdict()
     if verdict is None:
-        return exact_match(prompts, completions, answers)
+        scored = [completion_answer(c) for c in completions] if completion_answer else completions
+        return exact_match(prompts, scored, answers)
     return [float(v == 1.0) for v in verdict.fn(prompts, completions, answers)]
 
 
-def validation_metrics(totals: torch.Tensor) -> dict[str, float]:
-    """Accuracy and mean reward from `greedy_totals` `[3]` (summed over every share of the held-out set)."""
-    correct, reward_sum, count = totals.tolist()
-    return {M.VAL_ACCURACY: correct / count, M.VAL_REWARD_MEAN: reward_sum / count}
+def validation_metrics(totals: torch.Tensor, buckets: list[int] | None = None) -> dict[str, float]:
+    """Accuracy, mean reward and the accuracy per answer length in `buckets`, from `greedy_totals` (summed
+    over every share of the held-out set)."""
+    correct, reward_sum, count = totals[:3].tolist()
+    metrics = {M.VAL_ACCURACY: correct / count, M.VAL_REWARD_MEAN: reward_sum / count}
+    for length, (hits, n) in zip(buckets or [], totals[3:].view(-1, 2).tolist(), strict=True):
+        metrics[M.VAL_ACCURACY_BY_LENGTH + str(length)] = hits / n if n else float("nan")
+    return metrics

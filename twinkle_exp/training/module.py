@@ -29,7 +29,7 @@ from twinkle_exp.sampling.sampler_copy import SamplerCopy
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking.loggers import log_metrics, log_samples
 from twinkle_exp.training import checkpoint_state
-from twinkle_exp.training.evaluation import greedy_totals, validation_metrics
+from twinkle_exp.training.evaluation import greedy_totals, length_buckets, validation_metrics
 from twinkle_exp.training.generators import RolloutGenerators
 from twinkle_exp.training.old_logps import (
     has_dropout,
@@ -431,16 +431,20 @@ class PolicyModule(L.LightningModule):
 
         Each rank decodes its share of the examples and the totals are summed, so every example counts once.
         """
+        held_out = self.task.validation_set()
+        buckets = length_buckets(held_out)
         with gathered(self.policy):
             totals = greedy_totals(
                 self.policy,
                 self.tokenizer,
-                collectives.shard(self.task.validation_set()),
+                collectives.shard(held_out),
                 self.rewards,
                 max_new_tokens=self.rollout_cfg.max_new_tokens,
                 batch_size=self.trainer_cfg.val_batch_size,
+                buckets=buckets,
+                completion_answer=self.task.completion_answer,
             )
-        return validation_metrics(collectives.all_reduce(totals, "sum"))
+        return validation_metrics(collectives.all_reduce(totals, "sum"), buckets)
 
     def log_validation(
         self, prog_bar: bool = True, figures: dict[str, float] | None = None

@@ -61,6 +61,33 @@ class RolloutRows:
         )
 
 
+# A completion is "correct" when its total reward reaches this: the verifiable term's full score (exact or
+# math: 1 for a right answer). Shaping terms keep a wrong answer below it (partial credit <= 0.5, penalties
+# <= 0, format 0.1), so on the built-in rewards this is the reward's verdict. The one definition of
+# "correct" behind every metric split by correctness.
+CORRECT_REWARD = 1.0
+
+
+def is_correct(rewards: torch.Tensor) -> torch.Tensor:
+    """`[N]` bool from `[N]` total rewards: the completions the reward judged right."""
+    return rewards >= CORRECT_REWARD
+
+
+def length_by_correctness(rows: RolloutRows) -> dict[str, float]:
+    """Mean completion length of the correct and of the incorrect rows; a key is left out (not NaN, which
+    the report counts as a fault) when the rollout has no row of its kind."""
+    correct = is_correct(rows.rewards)
+    lengths = rows.lengths.double()
+    out = {}
+    for key, rows_of_kind in (
+        (M.COMPLETION_LENGTH_CORRECT, correct),
+        (M.COMPLETION_LENGTH_INCORRECT, ~correct),
+    ):
+        if rows_of_kind.any():
+            out[key] = float(lengths[rows_of_kind].mean())
+    return out
+
+
 def _std(values: torch.Tensor) -> torch.Tensor:
     return values.std() if values.numel() > 1 else torch.tensor(0.0)
 
@@ -90,7 +117,7 @@ def rollout_metrics(
     }
     if rows.filtered_mass is not None:
         metrics[M.SAMPLER_FILTERED_MASS] = rows.filtered_mass.sum() / max(tokens, 1.0)
-    return {key: float(value) for key, value in metrics.items()}
+    return {key: float(value) for key, value in metrics.items()} | length_by_correctness(rows)
 
 
 class TruncationWatch:

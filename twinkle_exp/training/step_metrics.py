@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.loss import LossOutput
+from twinkle_exp.loss import LossOutput, derived_clip_metrics
 from twinkle_exp.loss import metric_keys as K
 from twinkle_exp.parallel import collectives
 
@@ -91,4 +91,5 @@ class StepMetrics:
         keys = list(values)
         floats = torch.stack([torch.as_tensor(values[k], dtype=torch.float32, device=device) for k in keys])
         floats = floats.tolist()  # the step's one host sync
-        return dict(zip(keys, floats, strict=True)) | {M.LEARNING_RATE: lr}
+        step = dict(zip(keys, floats, strict=True))
+        return step | derived_clip_metrics(step, prefix=M.TRAIN) | {M.LEARNING_RATE: lr}

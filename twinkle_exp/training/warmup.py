@@ -34,7 +34,7 @@ def supervised_batch(policy: Policy, examples: list[Example]) -> tuple[torch.Ten
     rows, labels = [], []
     for ex in examples:
         prompt = encode_prompt(tok, ex.prompt)
-        target = tok.encode(ex.answer) + [tok.eos_token_id]
+        target = tok.encode(ex.answer if ex.demonstration is None else ex.demonstration) + [tok.eos_token_id]
         rows.append(prompt + target)
         labels.append([IGNORE_INDEX] * len(prompt) + target)
     width = max(map(len, rows))
@@ -53,7 +53,7 @@ def supervised_batch(policy: Policy, examples: list[Example]) -> tuple[torch.Ten
 def supervised_train(
     policy: Policy, task: Task, *, steps: int, batch_size: int, lr: float, seed: int
 ) -> float:
-    """Cross-entropy on gold completions (answer + EOS); returns the last step's loss.
+    """Cross-entropy on gold completions (the answer, or the example's demonstration, + EOS); returns the last step's loss.
 
     A signal (signals.py) stops it before the next step: the caller sees `signals.received()`.
     """

@@ -1,0 +1,227 @@
+"""The cross-variant checks (ceiling, scalar normaliser), the steps-to-threshold ratios and the findings'
+verdicts, each on synthetic runs built for it, and silent on a default-like sweep (issue 20, items 3 and 5)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from twinkle_exp import metric_names as M
+from twinkle_exp.report.aggregate import DEFAULT_SCORES, summarize
+from twinkle_exp.report.checks_variants import ceiling, scalar_normaliser
+from twinkle_exp.report.findings import CLAIMS, decide
+from twinkle_exp.report.runs import Run
+from twinkle_exp.report.speed import threshold_ratios
+
+VAL_STEPS = list(range(0, 401, 40))
+CONFIG = {
+    "optim": {"mu": 2, "num_minibatches": 2, "lr": 1e-4},
+    "rollout": {"max_new_tokens": 8},
+    "advantage": {"scale": "group", "eps": 1e-6},
+    "loss": {
+        "_target_": "twinkle_exp.loss.GRPOLoss",
+        "clip_range": 0.2,
+        "clip_range_high": None,
+        "beta": 0.01,
+    },
+    "seed": 0,
+}
+
+
+def run(label: str, seed: int, metrics: dict, config: dict | None = None) -> Run:
+    return Run(
+        Path(f"/x/{label}/{seed}"),
+        f"{label}/{seed}",
+        [label, f"seed={seed}"],
+        "finished",
+        seed=seed,
+        metrics=metrics,
+        config=config or CONFIG,
+    )
+
+
+def accuracy_runs(label: str, final: float, by_length: dict[int, float], seeds=(0, 1, 2)) -> list[Run]:
+    out = []
+    for seed in seeds:
+        curve = [(s, 0.4 + (final - 0.4) * s / 400) for s in VAL_STEPS]
+        metrics = {M.VAL_ACCURACY: curve}
+        for length, level in by_length.items():
+            metrics[M.VAL_ACCURACY_BY_LENGTH + str(length)] = [(s, level) for s in VAL_STEPS]
+        out.append(run(label, seed, metrics))
+    return out
+
+
+def test_ceiling_fires_where_every_loss_stops_at_a_length_none_learns():
+    # issue 20's default sweep: 76.6 / 77.3 / 77.3%, answers of length 5 at 0% for every loss
+    stuck = {3: 1.0, 4: 0.97, 5: 0.0, 6: 1.0}
+    variants = {
+        "loss=grpo": accuracy_runs("loss=grpo", 0.766, stuck),
+        "loss=bnpo": accuracy_runs("loss=bnpo", 0.773, stuck),
+        "loss=drgrpo": accuracy_runs("loss=drgrpo", 0.773, stuck),
+    }
+    result = ceiling(variants)
+    assert set(result.variants) == set(variants)
+    evidence = result.variants["loss=grpo"][0].evidence
+    assert "76.6%..77.3% over 3 variants" in evidence and "answers of length 5: 0% at most" in evidence
+    assert "AUC" in result.advice
+
+
+def test_ceiling_fires_when_every_variant_saturates():
+    full = {3: 1.0, 4: 1.0}
+    variants = {v: accuracy_runs(v, 0.98, full) for v in ("loss=grpo", "loss=sapo")}
+    assert "every variant at or above 95%" in ceiling(variants).variants["loss=sapo"][0].evidence
+
+
+def test_ceiling_is_silent_when_variants_end_apart_or_below_a_learnable_level():
+    apart = {
+        "loss=grpo": accuracy_runs("loss=grpo", 0.70, {5: 0.0}),
+        "loss=sapo": accuracy_runs("loss=sapo", 0.80, {5: 0.0}),
+    }
+    assert not ceiling(apart).variants
+    # close together, but every answer length still partly learned: a plateau the losses share, not a limit
+    learnable = {
+        v: accuracy_runs(v, 0.81, {3: 1.0, 4: 1.0, 5: 0.26, 6: 0.95}) for v in ("loss=grpo", "loss=bnpo")
+    }
+    assert not ceiling(learnable).variants
+
+
+def _with_loss(name: str, scale: str = "group", **loss) -> dict:
+    config = copy.deepcopy(CONFIG)
+    config["loss"].update({"_target_": f"twinkle_exp.loss.{name}"}, **loss)
+    config["advantage"]["scale"] = scale
+    return config
+
+
+def _variants(**configs) -> dict[str, list[Run]]:
+    return {label: [run(label, 0, {}, config)] for label, config in configs.items()}
+
+
+def test_scalar_normaliser_names_bnpo_and_drgrpo_under_the_same_advantages():
+    variants = _variants(
+        bnpo=_with_loss("BNPOLoss"),
+        drgrpo=_with_loss("DRGRPOLoss", max_completion_length=8),
+        grpo=_with_loss("GRPOLoss"),
+    )
+    result = scalar_normaliser(variants)
+    assert set(result.variants) == {"bnpo", "drgrpo"}
+    assert "advantage=unscaled" in result.advice
+    # a batch-wide std is one number per step too: unscaled against batch-scaled is still a scalar apart
+    batch = _variants(bnpo=_with_loss("BNPOLoss", "batch"), drgrpo=_with_loss("DRGRPOLoss", "none"))
+    assert set(scalar_normaliser(batch).variants) == {"bnpo", "drgrpo"}
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        _with_loss(
+            "DRGRPOLoss", "none", max_completion_length=8
+        ),  # the paper's Dr.GRPO: per-group scale differs
+        _with_loss("DRGRPOLoss", clip_range=0.3),  # a different clip: a different objective
+        _with_loss("GRPOLoss"),  # a per-sequence normaliser: not a scalar
+    ],
+)
+def test_scalar_normaliser_is_silent_when_the_objectives_differ(other):
+    assert not scalar_normaliser(_variants(bnpo=_with_loss("BNPOLoss"), other=other)).variants
+
+
+def test_steps_to_threshold_ratio_with_interval():
+    def reaching(label, steps):
+        return [
+            run(label, i, {M.VAL_ACCURACY: [(0, 0.3), (s, 0.6), (400, 0.7)]}) for i, s in enumerate(steps)
+        ]
+
+    runs = reaching("loss=cispo", [80, 100, 120]) + reaching("loss=bnpo", [160, 200, 240])
+    stats = summarize(runs, 0.5, DEFAULT_SCORES)
+    [row] = threshold_ratios(stats, {})
+    assert row[0] == "loss=bnpo vs loss=cispo"  # variants in label order
+    assert row[1].startswith("200.0 (3/3)") and row[2].startswith("100.0 (3/3)")
+    assert row[3].startswith("2.00 [")
+    assert float(row[4]) == pytest.approx(0.1)  # 3 vs 3 seeds: the exact test's smallest p
+
+
+def test_auc_is_the_headline_score():
+    assert DEFAULT_SCORES[0].name == "AUC"
+
+
+def _length_runs(label: str, growth: float, seeds=range(5), noise: float = 0.3) -> list[Run]:
+    out = []
+    for seed in seeds:
+        rng = np.random.default_rng(seed + (100 if "drgrpo" in label else 0))
+        values = 10 + growth * np.linspace(0, 1, 40) + rng.normal(0, noise, 40)
+        out.append(
+            run(
+                label,
+                seed,
+                {M.COMPLETION_LENGTH_INCORRECT: [(4 * i, float(v)) for i, v in enumerate(values)]},
+            )
+        )
+    return out
+
+
+def test_finding_reproduced_when_grpo_wrong_answers_grow_and_drgrpo_ones_do_not():
+    v = decide(CLAIMS["drgrpo_length"], _length_runs("loss=grpo", 4.0) + _length_runs("loss=drgrpo", 0.0))
+    assert v.verdict == "reproduced" and v.p_value < 0.05
+    assert 2.5 < v.effect.value < 4.5 and v.effect.low > 0
+    assert len(v.treatment) == len(v.control) == 5
+
+
+def test_finding_in_the_other_direction_and_not_reproduced():
+    other = decide(
+        CLAIMS["drgrpo_length"], _length_runs("loss=grpo", -4.0) + _length_runs("loss=drgrpo", 0.0)
+    )
+    assert other.verdict == "reproduced in the other direction"
+    null = decide(CLAIMS["drgrpo_length"], _length_runs("loss=grpo", 0.0) + _length_runs("loss=drgrpo", 0.0))
+    assert null.verdict == "not reproduced" and null.p_value > 0.05
+
+
+def test_ratio_finding_and_censored_steps():
+    def clip_runs(label, level):
+        return [
+            run(label, s, {M.CLIP_REGION: [(i, level * (1 + 0.1 * s)) for i in range(10)]}) for s in range(5)
+        ]
+
+    v = decide(
+        CLAIMS["gspo_clipping"],
+        clip_runs("+experiment=gspo_paper", 0.15) + clip_runs("+experiment=grpo_gspo_baseline", 0.0015),
+    )
+    assert v.verdict == "reproduced" and v.effect.value == pytest.approx(100.0)
+
+
+def test_steps_to_the_control_arms_level_with_censoring():
+    def acc_runs(label, reach_at, final, seeds=range(5)):
+        curve = lambda s: [(0, 0.4), (reach_at + s, final), (160, final)]  # noqa: E731
+        return [run(label, s, {M.VAL_ACCURACY: curve(s)}) for s in seeds]
+
+    # DAPO (the baseline, the ratio's numerator) ends at 0.8 after reaching it at ~100; CISPO gets to 0.85 at
+    # ~50: threshold
+    # 0.4 + 0.9 (0.8 - 0.4) = 0.76
+    runs = acc_runs("loss=cispo", 50, 0.85) + acc_runs("loss=bnpo", 100, 0.8)
+    v = decide(CLAIMS["cispo_speed"], runs)
+    assert v.threshold == pytest.approx(0.76)
+    assert v.treatment == [100.0, 101.0, 102.0, 103.0, 104.0] and v.control == [50.0, 51.0, 52.0, 53.0, 54.0]
+    assert v.effect.value == pytest.approx(102 / 52) and v.verdict == "reproduced"
+    # a run that never reaches the threshold counts as its last step
+    slow = (
+        acc_runs("loss=cispo", 50, 0.85)
+        + acc_runs("loss=bnpo", 100, 0.8)[:4]
+        + [run("loss=bnpo", 9, {M.VAL_ACCURACY: [(0, 0.4), (160, 0.5)]})]
+    )
+    assert 160.0 in decide(CLAIMS["cispo_speed"], slow).treatment
+
+
+def test_a_finding_without_runs_of_an_arm_says_which():
+    with pytest.raises(ValueError, match="no finished run of loss=drgrpo"):
+        decide(CLAIMS["drgrpo_length"], _length_runs("loss=grpo", 4.0))
+
+
+def test_steps_to_threshold_is_not_testable_when_the_baseline_does_not_improve():
+    runs = [run("loss=bnpo", s, {M.VAL_ACCURACY: [(0, 0.36), (160, 0.30)]}) for s in range(5)]
+    runs += [run("loss=cispo", s, {M.VAL_ACCURACY: [(0, 0.36), (160, 0.33)]}) for s in range(5)]
+    v = decide(CLAIMS["cispo_speed"], runs)
+    assert (
+        v.verdict.startswith("not testable: the baseline's final val/accuracy is not above")
+        and v.p_value is None
+    )

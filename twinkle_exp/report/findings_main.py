@@ -1,0 +1,108 @@
+"""`python -m twinkle_exp.report.findings_main DIR [DIR ...] --finding NAME [--out OUT]`: a finding's verdict.
+
+Loads the sweep's runs (as the report does), computes each named claim of `findings.CLAIMS` (load -> decide
+-> plot -> render), writes `findings.md` and one plot per claim's metric into OUT (default DIR/findings), and
+prints the verdict lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .findings import CLAIMS, Claim, Verdict, decide
+from .plots import PlotSpec, plot_metric
+from .runs import Run, load_runs
+
+EXIT_USAGE = 2
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def arm_means(claim: Claim, runs: list[Run], arm: str, key: str) -> str:
+    """Mean over the arm's finished runs of each run's mean of `key`, with the runs' range."""
+    chosen = [r for r in runs if r.finished and arm in r.overrides and r.metrics.get(key)]
+    values = [v for v in (np.mean([v for _, v in r.metrics[key]]) for r in chosen) if np.isfinite(v)]
+    if not values:
+        return "not logged"
+    return f"{_fmt(float(np.mean(values)))} (runs {_fmt(min(values))}..{_fmt(max(values))})"
+
+
+def render(v: Verdict, runs: list[Run], plot: Path | None) -> str:
+    """The Markdown section of one verdict."""
+    c, e = v.claim, v.effect
+    what = "treatment / control" if c.effect == "ratio" else "treatment - control"
+    interval = "n/a" if e.low is None else f"[{_fmt(e.low)}, {_fmt(e.high)}]"
+    p = "n/a" if v.p_value is None else f"{v.p_value:.3g}"
+    testable = bool(v.treatment)  # else the verdict says why, and the diagnostics show it
+    if not testable:
+        v = dataclasses.replace(v, treatment=[float("nan")], control=[float("nan")])
+    lines = [
+        f"### {c.name}: {v.verdict}",
+        "",
+        f"- source: {c.source}; per run: {c.describe} (`{c.key}`)"
+        + ("" if v.threshold is None else f"; threshold {v.threshold:.1%}"),
+        f"- treatment `{c.treatment}`: {', '.join(_fmt(x) for x in v.treatment)} (mean {_fmt(np.mean(v.treatment))})",
+        f"- control `{c.control}`: {', '.join(_fmt(x) for x in v.control)} (mean {_fmt(np.mean(v.control))})",
+        f"- effect ({c.effect} of means, {what}): **{_fmt(e.value)}**, 95% bootstrap CI {interval}, "
+        f"exact permutation p = {p} (two-sided; {len(v.treatment)} vs {len(v.control)} seeds); "
+        f"the paper's direction: {c.expected} {'1' if c.effect == 'ratio' else '0'}",
+    ]
+    if not testable:
+        lines = lines[:3]
+    if c.diagnostics:
+        lines.append("- diagnostics (mean over the run, averaged over seeds):")
+        for key in c.diagnostics:
+            lines.append(
+                f"  - `{key}`: treatment {arm_means(c, runs, c.treatment, key)}; "
+                f"control {arm_means(c, runs, c.control, key)}"
+            )
+    if plot is not None:
+        lines += ["", f"![{c.key}]({plot.name})"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="twinkle-findings", description=__doc__.splitlines()[0])
+    parser.add_argument("dirs", type=Path, nargs="+", help="sweep or run directories")
+    parser.add_argument("--finding", action="append", required=True, choices=sorted(CLAIMS))
+    parser.add_argument("--out", type=Path, default=None, help="output directory (default: DIR/findings)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    missing = [d for d in args.dirs if not d.is_dir()]
+    if missing:
+        print(f"twinkle-findings: no such directory: {missing[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    out = args.out or args.dirs[0] / "findings"
+    runs = load_runs(args.dirs, skip=out)
+    sections = []
+    for name in args.finding:
+        claim = CLAIMS[name]
+        try:
+            verdict = decide(claim, runs)
+        except ValueError as exc:
+            print(f"twinkle-findings: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        out.mkdir(parents=True, exist_ok=True)
+        arms = {arm: [r for r in runs if arm in r.overrides] for arm in (claim.treatment, claim.control)}
+        spec = PlotSpec(claim.key, f"{name}.png", f"{name}: {claim.key}", claim.key)
+        plot = plot_metric(arms, spec, out)
+        sections.append(render(verdict, runs, plot))
+        e = verdict.effect
+        interval = "" if e.low is None else f" [{_fmt(e.low)}, {_fmt(e.high)}]"
+        print(f"{name}: {verdict.verdict}: {claim.effect} {_fmt(e.value)}{interval}, p = {verdict.p_value}")
+    (out / "findings.md").write_text("\n".join(sections), encoding="utf-8")
+    print(f"wrote {out / 'findings.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
