@@ -26,11 +26,38 @@ from pathlib import Path
 CASES = ("tiny", "hf")
 STAGES = ("time/rollout_s", "time/reference_s", "time/update_s")
 WARMUP_ROLLOUTS = 2
+HERE = Path(__file__).resolve().parents[2]  # this checkout's root
 
 
-def _policy(case: str):
+def _layout():
+    """The classes the worker builds, from this layout or the flat one before the house by concern
+    (`twinkle_exp.module`, `.config`, `.data`, `.policy`), so `--against` can run an older checkout."""
+    try:
+        from twinkle_exp.config.schema import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
+        from twinkle_exp.policy.build import Policy, tiny_policy
+        from twinkle_exp.tasks.prompt_stream import PromptStream
+        from twinkle_exp.training.module import PolicyModule
+    except ImportError:
+        from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
+        from twinkle_exp.data import PromptStream
+        from twinkle_exp.module import PolicyModule
+        from twinkle_exp.policy import Policy, tiny_policy
+    return argparse.Namespace(
+        AdvantageConfig=AdvantageConfig,
+        OptimConfig=OptimConfig,
+        RolloutConfig=RolloutConfig,
+        TrainerConfig=TrainerConfig,
+        Policy=Policy,
+        tiny_policy=tiny_policy,
+        PromptStream=PromptStream,
+        PolicyModule=PolicyModule,
+    )
+
+
+def _policy(case: str, layout):
     from twinkle_exp.models import CharTokenizer, build_tiny_qwen2
-    from twinkle_exp.policy.build import Policy, tiny_policy
+
+    Policy, tiny_policy = layout.Policy, layout.tiny_policy
 
     if case == "tiny":
         return tiny_policy()
@@ -57,25 +84,23 @@ def _worker(case: str, rollouts: int, out_dir: str) -> None:
     from lightning.pytorch.loggers import CSVLogger
     from torch.utils.data import DataLoader
 
-    from twinkle_exp.config.schema import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
     from twinkle_exp.loss import GRPOLoss
     from twinkle_exp.rewards import RewardFunction, RewardSet, exact_match
     from twinkle_exp.tasks import AdditionTask
-    from twinkle_exp.tasks.prompt_stream import PromptStream
-    from twinkle_exp.training.module import PolicyModule
 
+    x = _layout()
     torch.manual_seed(0)
-    policy = _policy(case)
-    optim = OptimConfig(lr=1e-5, mu=2, num_minibatches=1)
-    module = PolicyModule(
+    policy = _policy(case, x)
+    optim = x.OptimConfig(lr=1e-5, mu=2, num_minibatches=1)
+    module = x.PolicyModule(
         policy,
         AdditionTask(min_digits=2, max_digits=2, num_validation=16),
         RewardSet([RewardFunction("exact", exact_match)]),
         GRPOLoss(beta=0.04),
-        rollout=RolloutConfig(prompts_per_step=8, group_size=8, max_new_tokens=4),
-        advantage=AdvantageConfig(),
+        rollout=x.RolloutConfig(prompts_per_step=8, group_size=8, max_new_tokens=4),
+        advantage=x.AdvantageConfig(),
         optim=optim,
-        trainer=TrainerConfig(val_every=10_000, samples_every=10_000),
+        trainer=x.TrainerConfig(val_every=10_000, samples_every=10_000),
     )
     trainer = L.Trainer(
         max_steps=rollouts * optim.mu * optim.num_minibatches,
@@ -88,23 +113,35 @@ def _worker(case: str, rollouts: int, out_dir: str) -> None:
         num_sanity_val_steps=0,
         default_root_dir=out_dir,
     )
-    trainer.fit(module, DataLoader(PromptStream(module.task, 8, seed=0), batch_size=None))
+    trainer.fit(module, DataLoader(x.PromptStream(module.task, 8, seed=0), batch_size=None))
     for logger in trainer.loggers:
         logger.save()
     params = sum(p.numel() for p in policy.model.parameters())
     Path(out_dir, "params.json").write_text(json.dumps({"params": params}))
 
 
+def _import_from(tree: str) -> None:
+    """Make `import twinkle_exp` load `tree`'s package, whatever is installed.
+
+    An editable install's finder sits on `sys.meta_path`, ahead of `PYTHONPATH`, so it is taken out."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("__editable__")]
+    sys.path.insert(0, tree)
+    import twinkle_exp
+
+    loaded = Path(twinkle_exp.__file__).resolve()
+    if Path(tree).resolve() not in loaded.parents:
+        raise SystemExit(f"--against {tree}: twinkle_exp was imported from {loaded.parent}, not from there")
+
+
 def _run_case(case: str, rollouts: int, tree: str | None) -> tuple[dict[str, list[float]], int]:
+    tree = tree or str(HERE)
     with tempfile.TemporaryDirectory() as out:
-        env = dict(os.environ)
-        if tree:
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
         # Run this file, not the module: the other checkout need not have it.
         cmd = [sys.executable, __file__, "--worker", case, "--rollouts", str(rollouts), "--out", out]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        cmd += ["--tree", tree]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise SystemExit(f"{case} ({tree or 'this checkout'}) failed:\n{proc.stderr[-3000:]}")
+            raise SystemExit(f"{case} ({tree}) failed:\n{proc.stderr[-3000:]}")
         with open(Path(out, "metrics.csv")) as f:
             rows = [r for r in csv.DictReader(f) if r.get(STAGES[0])][WARMUP_ROLLOUTS:]
         params = json.loads(Path(out, "params.json").read_text())["params"]
@@ -121,8 +158,10 @@ def main() -> None:
     parser.add_argument("--against", default=None, help="another checkout's root, measured side by side")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--tree", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
+        _import_from(args.tree)
         _worker(args.worker, args.rollouts, args.out)
         return
 
