@@ -121,10 +121,10 @@ def _worker(case: str, rollouts: int, out_dir: str) -> None:
 
 
 def _import_from(tree: str) -> None:
-    """Make `import twinkle_exp` load `tree`'s package, whatever is installed.
+    """Make `import twinkle_exp` load `tree`'s package, and check that it did.
 
-    An editable install's finder sits on `sys.meta_path`, ahead of `PYTHONPATH`, so it is taken out."""
-    sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("__editable__")]
+    Without the check, a tree that lacks the package (a typo, the wrong folder) falls through to the
+    installed one, and the benchmark would compare this checkout with itself."""
     sys.path.insert(0, tree)
     import twinkle_exp
 
