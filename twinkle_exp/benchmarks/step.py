@@ -1,6 +1,6 @@
 """Seconds per rollout of the RL step, split as the trainer logs it: rollout, reference pass, update.
 
-    python -m twinkle_exp.benchmarks.step [--rollouts 12] [--repeats 3] [--against PATH]
+    python -m twinkle_exp.benchmarks.step [--rollouts 12] [--repeats 3] [--against PATH] [--fused-adamw]
 
 The setting: 2-digit addition, 8 prompts x 8 samples, 4 new tokens, beta 0.04, mu 2, one minibatch, on the
 built-in policy (default size) and on a small random Qwen2 (hidden 128, 4 layers, character vocabulary;
@@ -77,7 +77,7 @@ def _policy(case: str, layout):
     return Policy(model.eval(), tokenizer)
 
 
-def _worker(case: str, rollouts: int, out_dir: str) -> None:
+def _worker(case: str, rollouts: int, out_dir: str, fused_adamw: bool = False) -> None:
     """One fit of `rollouts` rollouts; metrics.csv lands in `out_dir`."""
     import lightning as L
     import torch
@@ -91,7 +91,9 @@ def _worker(case: str, rollouts: int, out_dir: str) -> None:
     x = _layout()
     torch.manual_seed(0)
     policy = _policy(case, x)
-    optim = x.OptimConfig(lr=1e-5, mu=2, num_minibatches=1)
+    # Only this layout has the option; an older checkout runs its own (the default) optimizer.
+    extra = {"fused_adamw": True} if fused_adamw else {}
+    optim = x.OptimConfig(lr=1e-5, mu=2, num_minibatches=1, **extra)
     module = x.PolicyModule(
         policy,
         AdditionTask(min_digits=2, max_digits=2, num_validation=16),
@@ -133,12 +135,14 @@ def _import_from(tree: str) -> None:
         raise SystemExit(f"--against {tree}: twinkle_exp was imported from {loaded.parent}, not from there")
 
 
-def _run_case(case: str, rollouts: int, tree: str | None) -> tuple[dict[str, list[float]], int]:
+def _run_case(
+    case: str, rollouts: int, tree: str | None, fused_adamw: bool = False
+) -> tuple[dict[str, list[float]], int]:
     tree = tree or str(HERE)
     with tempfile.TemporaryDirectory() as out:
         # Run this file, not the module: the other checkout need not have it.
         cmd = [sys.executable, __file__, "--worker", case, "--rollouts", str(rollouts), "--out", out]
-        cmd += ["--tree", tree]
+        cmd += ["--tree", tree] + (["--fused-adamw"] if fused_adamw else [])
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(f"{case} ({tree}) failed:\n{proc.stderr[-3000:]}")
@@ -156,13 +160,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--against", default=None, help="another checkout's root, measured side by side")
+    parser.add_argument(
+        "--fused-adamw", action="store_true", help="this checkout with optim.fused_adamw=true"
+    )
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--tree", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         _import_from(args.tree)
-        _worker(args.worker, args.rollouts, args.out)
+        _worker(args.worker, args.rollouts, args.out, args.fused_adamw)
         return
 
     cpus = os.cpu_count() or 1
@@ -171,7 +178,8 @@ def main() -> None:
         f"load average before: {load_before[0]:.2f} ({cpus} CPUs); torch threads: OMP_NUM_THREADS="
         f"{os.environ.get('OMP_NUM_THREADS', 'unset')}"
     )
-    trees = [("this checkout", None)] + ([(f"against {args.against}", args.against)] if args.against else [])
+    here = "this checkout" + (" fused_adamw" if args.fused_adamw else "")
+    trees = [(here, None)] + ([(f"against {args.against}", args.against)] if args.against else [])
     print(
         f"{'case':<6} {'code':<28} {'params':>8} {'rollout s':>10} {'reference s':>12} {'update s':>9} {'total s':>8}"
     )
@@ -179,7 +187,7 @@ def main() -> None:
         for label, tree in trees:
             pooled: dict[str, list[float]] = {stage: [] for stage in STAGES}
             for _ in range(args.repeats):
-                times, params = _run_case(case, args.rollouts, tree)
+                times, params = _run_case(case, args.rollouts, tree, args.fused_adamw and tree is None)
                 for stage in STAGES:
                     pooled[stage] += times[stage]
             medians = [statistics.median(pooled[stage]) for stage in STAGES]
