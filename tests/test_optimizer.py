@@ -1,5 +1,6 @@
 """The update's AdamW: fused where it applies, and then the loop's result up to float rounding."""
 
+import pytest
 import torch
 
 from twinkle_exp.training.optimizer import adamw, fused_applies
@@ -46,3 +47,19 @@ def test_fused_matches_the_loop_up_to_rounding():
     for fused, loop in zip(_trained(fused=True), _trained(fused=False), strict=True):
         assert not torch.equal(fused, torch.zeros_like(fused))
         torch.testing.assert_close(fused, loop, rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_optim_fused_adamw_reaches_the_modules_optimizer_and_trains_as_the_loop_does(tmp_path):
+    import module_helpers
+
+    from twinkle_exp.loss import GRPOLoss
+
+    trained = {}
+    for fused in (False, True):
+        module = module_helpers.make_module(GRPOLoss(beta=0.1), mu=2, num_minibatches=1, fused_adamw=fused)
+        module_helpers.fit(module, tmp_path / str(fused), max_steps=2)
+        assert bool(module.optimizers().optimizer.defaults["fused"]) is fused
+        trained[fused] = [p.detach().clone() for p in module.policy.parameters()]
+    for fused, loop in zip(trained[True], trained[False], strict=True):
+        torch.testing.assert_close(fused, loop, rtol=0, atol=1e-5)
