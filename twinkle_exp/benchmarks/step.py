@@ -184,15 +184,18 @@ def main() -> None:
         f"{'case':<6} {'code':<28} {'params':>8} {'rollout s':>10} {'reference s':>12} {'update s':>9} {'total s':>8}"
     )
     for case in args.cases.split(","):
-        for label, tree in trees:
-            pooled: dict[str, list[float]] = {stage: [] for stage in STAGES}
-            for _ in range(args.repeats):
-                times, params = _run_case(case, args.rollouts, tree, args.fused_adamw and tree is None)
+        pooled = {label: {stage: [] for stage in STAGES} for label, _ in trees}
+        params = {}
+        # The checkouts take turns, repeat by repeat, so that a change in the machine's load falls on both.
+        for _ in range(args.repeats):
+            for label, tree in trees:
+                times, params[label] = _run_case(case, args.rollouts, tree, args.fused_adamw and tree is None)
                 for stage in STAGES:
-                    pooled[stage] += times[stage]
-            medians = [statistics.median(pooled[stage]) for stage in STAGES]
+                    pooled[label][stage] += times[stage]
+        for label, _ in trees:
+            medians = [statistics.median(pooled[label][stage]) for stage in STAGES]
             print(
-                f"{case:<6} {label[:28]:<28} {params:>8} {medians[0]:>10.4f} {medians[1]:>12.4f} "
+                f"{case:<6} {label[:28]:<28} {params[label]:>8} {medians[0]:>10.4f} {medians[1]:>12.4f} "
                 f"{medians[2]:>9.4f} {sum(medians):>8.4f}"
             )
     load_after = os.getloadavg()
