@@ -1,6 +1,6 @@
 """Seconds per rollout of the RL step, split as the trainer logs it: rollout, reference pass, update.
 
-    python -m twinkle_exp.benchmarks.step [--rollouts 12] [--repeats 3] [--against PATH]
+    python -m twinkle_exp.benchmarks.step [--rollouts 12] [--repeats 3] [--against PATH] [--fused-adamw]
 
 The setting: 2-digit addition, 8 prompts x 8 samples, 4 new tokens, beta 0.04, mu 2, one minibatch, on the
 built-in policy (default size) and on a small random Qwen2 (hidden 128, 4 layers, character vocabulary;
@@ -26,11 +26,38 @@ from pathlib import Path
 CASES = ("tiny", "hf")
 STAGES = ("time/rollout_s", "time/reference_s", "time/update_s")
 WARMUP_ROLLOUTS = 2
+HERE = Path(__file__).resolve().parents[2]  # this checkout's root
 
 
-def _policy(case: str):
+def _layout():
+    """The classes the worker builds, from this layout or the flat one before the house by concern
+    (`twinkle_exp.module`, `.config`, `.data`, `.policy`), so `--against` can run an older checkout."""
+    try:
+        from twinkle_exp.config.schema import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
+        from twinkle_exp.policy.build import Policy, tiny_policy
+        from twinkle_exp.tasks.prompt_stream import PromptStream
+        from twinkle_exp.training.module import PolicyModule
+    except ImportError:
+        from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
+        from twinkle_exp.data import PromptStream
+        from twinkle_exp.module import PolicyModule
+        from twinkle_exp.policy import Policy, tiny_policy
+    return argparse.Namespace(
+        AdvantageConfig=AdvantageConfig,
+        OptimConfig=OptimConfig,
+        RolloutConfig=RolloutConfig,
+        TrainerConfig=TrainerConfig,
+        Policy=Policy,
+        tiny_policy=tiny_policy,
+        PromptStream=PromptStream,
+        PolicyModule=PolicyModule,
+    )
+
+
+def _policy(case: str, layout):
     from twinkle_exp.models import CharTokenizer, build_tiny_qwen2
-    from twinkle_exp.policy.build import Policy, tiny_policy
+
+    Policy, tiny_policy = layout.Policy, layout.tiny_policy
 
     if case == "tiny":
         return tiny_policy()
@@ -50,32 +77,32 @@ def _policy(case: str):
     return Policy(model.eval(), tokenizer)
 
 
-def _worker(case: str, rollouts: int, out_dir: str) -> None:
+def _worker(case: str, rollouts: int, out_dir: str, fused_adamw: bool = False) -> None:
     """One fit of `rollouts` rollouts; metrics.csv lands in `out_dir`."""
     import lightning as L
     import torch
     from lightning.pytorch.loggers import CSVLogger
     from torch.utils.data import DataLoader
 
-    from twinkle_exp.config.schema import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
     from twinkle_exp.loss import GRPOLoss
     from twinkle_exp.rewards import RewardFunction, RewardSet, exact_match
     from twinkle_exp.tasks import AdditionTask
-    from twinkle_exp.tasks.prompt_stream import PromptStream
-    from twinkle_exp.training.module import PolicyModule
 
+    x = _layout()
     torch.manual_seed(0)
-    policy = _policy(case)
-    optim = OptimConfig(lr=1e-5, mu=2, num_minibatches=1)
-    module = PolicyModule(
+    policy = _policy(case, x)
+    # Only this layout has the option; an older checkout runs its own (the default) optimizer.
+    extra = {"fused_adamw": True} if fused_adamw else {}
+    optim = x.OptimConfig(lr=1e-5, mu=2, num_minibatches=1, **extra)
+    module = x.PolicyModule(
         policy,
         AdditionTask(min_digits=2, max_digits=2, num_validation=16),
         RewardSet([RewardFunction("exact", exact_match)]),
         GRPOLoss(beta=0.04),
-        rollout=RolloutConfig(prompts_per_step=8, group_size=8, max_new_tokens=4),
-        advantage=AdvantageConfig(),
+        rollout=x.RolloutConfig(prompts_per_step=8, group_size=8, max_new_tokens=4),
+        advantage=x.AdvantageConfig(),
         optim=optim,
-        trainer=TrainerConfig(val_every=10_000, samples_every=10_000),
+        trainer=x.TrainerConfig(val_every=10_000, samples_every=10_000),
     )
     trainer = L.Trainer(
         max_steps=rollouts * optim.mu * optim.num_minibatches,
@@ -88,23 +115,37 @@ def _worker(case: str, rollouts: int, out_dir: str) -> None:
         num_sanity_val_steps=0,
         default_root_dir=out_dir,
     )
-    trainer.fit(module, DataLoader(PromptStream(module.task, 8, seed=0), batch_size=None))
+    trainer.fit(module, DataLoader(x.PromptStream(module.task, 8, seed=0), batch_size=None))
     for logger in trainer.loggers:
         logger.save()
     params = sum(p.numel() for p in policy.model.parameters())
     Path(out_dir, "params.json").write_text(json.dumps({"params": params}))
 
 
-def _run_case(case: str, rollouts: int, tree: str | None) -> tuple[dict[str, list[float]], int]:
+def _import_from(tree: str) -> None:
+    """Make `import twinkle_exp` load `tree`'s package, and check that it did.
+
+    Without the check, a tree that lacks the package (a typo, the wrong folder) falls through to the
+    installed one, and the benchmark would compare this checkout with itself."""
+    sys.path.insert(0, tree)
+    import twinkle_exp
+
+    loaded = Path(twinkle_exp.__file__).resolve()
+    if Path(tree).resolve() not in loaded.parents:
+        raise SystemExit(f"--against {tree}: twinkle_exp was imported from {loaded.parent}, not from there")
+
+
+def _run_case(
+    case: str, rollouts: int, tree: str | None, fused_adamw: bool = False
+) -> tuple[dict[str, list[float]], int]:
+    tree = tree or str(HERE)
     with tempfile.TemporaryDirectory() as out:
-        env = dict(os.environ)
-        if tree:
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
         # Run this file, not the module: the other checkout need not have it.
         cmd = [sys.executable, __file__, "--worker", case, "--rollouts", str(rollouts), "--out", out]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        cmd += ["--tree", tree] + (["--fused-adamw"] if fused_adamw else [])
+        proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise SystemExit(f"{case} ({tree or 'this checkout'}) failed:\n{proc.stderr[-3000:]}")
+            raise SystemExit(f"{case} ({tree}) failed:\n{proc.stderr[-3000:]}")
         with open(Path(out, "metrics.csv")) as f:
             rows = [r for r in csv.DictReader(f) if r.get(STAGES[0])][WARMUP_ROLLOUTS:]
         params = json.loads(Path(out, "params.json").read_text())["params"]
@@ -119,11 +160,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--against", default=None, help="another checkout's root, measured side by side")
+    parser.add_argument(
+        "--fused-adamw", action="store_true", help="this checkout with optim.fused_adamw=true"
+    )
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--tree", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        _worker(args.worker, args.rollouts, args.out)
+        _import_from(args.tree)
+        _worker(args.worker, args.rollouts, args.out, args.fused_adamw)
         return
 
     cpus = os.cpu_count() or 1
@@ -132,20 +178,24 @@ def main() -> None:
         f"load average before: {load_before[0]:.2f} ({cpus} CPUs); torch threads: OMP_NUM_THREADS="
         f"{os.environ.get('OMP_NUM_THREADS', 'unset')}"
     )
-    trees = [("this checkout", None)] + ([(f"against {args.against}", args.against)] if args.against else [])
+    here = "this checkout" + (" fused_adamw" if args.fused_adamw else "")
+    trees = [(here, None)] + ([(f"against {args.against}", args.against)] if args.against else [])
     print(
         f"{'case':<6} {'code':<28} {'params':>8} {'rollout s':>10} {'reference s':>12} {'update s':>9} {'total s':>8}"
     )
     for case in args.cases.split(","):
-        for label, tree in trees:
-            pooled: dict[str, list[float]] = {stage: [] for stage in STAGES}
-            for _ in range(args.repeats):
-                times, params = _run_case(case, args.rollouts, tree)
+        pooled = {label: {stage: [] for stage in STAGES} for label, _ in trees}
+        params = {}
+        # The checkouts take turns, repeat by repeat, so that a change in the machine's load falls on both.
+        for _ in range(args.repeats):
+            for label, tree in trees:
+                times, params[label] = _run_case(case, args.rollouts, tree, args.fused_adamw and tree is None)
                 for stage in STAGES:
-                    pooled[stage] += times[stage]
-            medians = [statistics.median(pooled[stage]) for stage in STAGES]
+                    pooled[label][stage] += times[stage]
+        for label, _ in trees:
+            medians = [statistics.median(pooled[label][stage]) for stage in STAGES]
             print(
-                f"{case:<6} {label[:28]:<28} {params:>8} {medians[0]:>10.4f} {medians[1]:>12.4f} "
+                f"{case:<6} {label[:28]:<28} {params[label]:>8} {medians[0]:>10.4f} {medians[1]:>12.4f} "
                 f"{medians[2]:>9.4f} {sum(medians):>8.4f}"
             )
     load_after = os.getloadavg()

@@ -125,6 +125,10 @@ class OptimConfig:
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     # Apply the model's dropout in the update (train mode). Off by default, so an on-policy ratio is exactly 1.
     update_dropout: bool = False
+    # torch's fused AdamW kernel where it applies (plain float parameters on CPU or CUDA, no AMP loss
+    # scaler): a faster optimizer step whose weights differ from the default loop's by float rounding,
+    # so a run's figures can differ from the default's (training/optimizer.py).
+    fused_adamw: bool = False
     # A step with a non-finite reward, advantage, log-prob, loss or gradient is skipped (train/skipped_steps);
     # this many in a row stop the run with a checkpoint and a message naming the first non-finite quantity.
     max_skipped_steps: int = param(10, positive_int)

@@ -37,6 +37,7 @@ from twinkle_exp.training.old_logps import (
     recompute_reasons,
     should_recompute,
 )
+from twinkle_exp.training.optimizer import adamw
 from twinkle_exp.training.rollout_metrics import RolloutRows, StageTimer, TruncationWatch, rollout_metrics
 from twinkle_exp.training.update_plan import UpdatePlan, shuffled_steps
 from twinkle_exp.training.update_step import accumulate_gradients
@@ -127,11 +128,13 @@ class PolicyModule(L.LightningModule):
 
     def configure_optimizers(self):
         opt = self.optim_cfg
-        optimizer = torch.optim.AdamW(
+        optimizer = adamw(
             trainable_parameters(self.policy),
             lr=opt.lr,
             betas=tuple(opt.betas),
             weight_decay=opt.weight_decay,
+            fused=opt.fused_adamw,
+            loss_scaler=getattr(self._trainer and self.trainer.precision_plugin, "scaler", None),
         )
         warmup = max(1, opt.warmup_steps)
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
