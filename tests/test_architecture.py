@@ -72,7 +72,10 @@ def test_every_unit_has_a_rank():
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_imports_only_run_down(path):
     unit = _unit(path)
-    upward = [m for m in _imports(path) if m.split(".")[1] != unit and RANKS[m.split(".")[1]] >= RANKS[unit]]
+    imported = {m for m in _imports(path) if m != "twinkle_exp"}  # the (empty) package root
+    if unit == "benchmarks":  # `--against` workers also import another checkout's (older) module names
+        imported = {m for m in imported if m.split(".")[1] in RANKS}
+    upward = [m for m in imported if m.split(".")[1] != unit and RANKS[m.split(".")[1]] >= RANKS[unit]]
     assert not upward, f"{unit} (rank {RANKS[unit]}) imports {upward}"
 
 
