@@ -22,7 +22,7 @@ EXAMPLES = [Example("What is 70 + 2?", "72")] * 2 + [Example("What is 59 + 63?",
 def fixed_completions(monkeypatch):
     """Greedy decoding replaced by the completions above, the last one cut off at the budget."""
 
-    def generate(model, tokenizer, prompts, **kwargs):
+    def generate(model, tokenizer, prompts, options, **kwargs):
         n = len(prompts)
         return SimpleNamespace(completions=COMPLETIONS[:n], truncated=torch.tensor(TRUNCATED[:n]))
 
