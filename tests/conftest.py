@@ -114,3 +114,15 @@ def hydra_conf():
     with initialize_config_module(config_module="twinkle_exp.conf", version_base="1.3"):
         yield
     GlobalHydra.instance().clear()
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread for the test: the models are tiny, and on a shared 2-core machine threads cost
+    far more than they gain."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -21,12 +21,7 @@ TEMPLATE = (
 )
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def grads_and_saved(tiny_hf_dir, *, checkpointing: bool, lora: LoraSettings | None, dropout: bool = True):

@@ -27,12 +27,7 @@ from twinkle_exp.training.module import PolicyModule
 LORA = LoraSettings(r=4, alpha=8.0)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def rollout_like_batch(vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:

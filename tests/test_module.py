@@ -15,13 +15,7 @@ from twinkle_exp.training.module import PolicyModule
 MU, NUM_MINIBATCHES = 2, 2
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # The models here are tiny: on a shared 2-core machine intra-op threads cost ~100x more than they gain.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def make_module(loss, seed: int = 0) -> PolicyModule:

@@ -20,12 +20,7 @@ from twinkle_exp.rewards import RewardFunction, RewardSet
 NAN = float("nan")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def test_the_guard_names_the_first_quantity_in_the_order_a_step_computes_them():

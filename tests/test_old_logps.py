@@ -27,12 +27,7 @@ from twinkle_exp.training.old_logps import recompute_reasons, should_recompute
 ON_POLICY = {"mu": 1, "num_minibatches": 1}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def qwen2(dtype: torch.dtype = torch.float32, checkpointing: bool = False, hidden: int = 128) -> Policy:

@@ -20,12 +20,7 @@ from twinkle_exp.training.update_plan import UpdatePlan, shuffled_steps
 STEPS = 16  # 4 rollouts of mu=2 x num_minibatches=2 optimizer steps
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def _module(dropout: float = 0.0):

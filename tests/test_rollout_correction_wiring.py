@@ -11,8 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
-from hydra.core.global_hydra import GlobalHydra
+from hydra import compose
 
 from twinkle_exp import metric_names as M
 from twinkle_exp.config.checks import config_problems
@@ -227,14 +226,6 @@ def test_a_correction_recomputes_the_old_logps_and_refuses_the_sampler_s():
 
 
 # --- start-up refusals -----------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def hydra_conf():
-    GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="twinkle_exp.conf", version_base="1.3"):
-        yield
-    GlobalHydra.instance().clear()
-
-
 @pytest.mark.parametrize(
     ("overrides", "line"),
     [
