@@ -38,6 +38,7 @@ from twinkle_exp.training.old_logps import (
     should_recompute,
 )
 from twinkle_exp.training.optimizer import adamw
+from twinkle_exp.training.prompt_repeats import rollout_repeats_prompt
 from twinkle_exp.training.rollout_metrics import RolloutRows, StageTimer, TruncationWatch, rollout_metrics
 from twinkle_exp.training.update_plan import UpdatePlan, shuffled_steps
 from twinkle_exp.training.update_step import accumulate_gradients
@@ -296,16 +297,27 @@ class PolicyModule(L.LightningModule):
     def _finish_rollout(self, plan: UpdatePlan, in_step: bool = True) -> None:
         """Log the rollout's own metrics at the step that ends its updates (every rank together)."""
         rollout = plan.rollout
+        repeats = rollout_repeats_prompt(rollout)  # [N] bool, this rank's rows
         everyone = RolloutRows(
-            plan.rewards, plan.per_fn, rollout.completion_lengths, rollout.truncated, rollout.filtered_mass
-        )
-        everyone = everyone.gathered()
+            plan.rewards,
+            plan.per_fn,
+            rollout.completion_lengths,
+            rollout.truncated,
+            rollout.filtered_mass,
+            repeats_prompt=repeats,
+        ).gathered()
         seconds = collectives.max_over_ranks(plan.seconds)  # the slowest rank's
         metrics = rollout_metrics(everyone, plan.adv, seconds, epochs=self.optim_cfg.mu)
         # What the reward functions counted (math: parse failures), over every rank's completions.
         metrics |= collectives.sum_over_ranks(plan.reward_metrics)
-        if self.global_rank == 0:
-            self.truncation.observe(metrics[M.COMPLETION_CLIPPED_RATIO], self.global_step)
+        if self.global_rank == 0:  # quoting rank 0's own completions
+            texts = rollout.completions
+            cut = [c for c, flag in zip(texts, rollout.truncated.tolist(), strict=True) if flag]
+            self.truncation.observe(metrics[M.COMPLETION_CLIPPED_RATIO], self.global_step, cut)
+            repeating = [c for c, flag in zip(texts, repeats.tolist(), strict=True) if flag]
+            self.truncation.observe_repeats(
+                metrics[M.COMPLETION_REPEATS_PROMPT_RATIO], self.global_step, repeating
+            )
         log_metrics(self.loggers, metrics | {M.ROLLOUT_INDEX: float(self.rollouts_done)}, self.global_step)
         if in_step:  # the progress bar; Lightning refuses self.log outside a training step
             self.log("reward", metrics[M.REWARD_MEAN], prog_bar=True, logger=False)
