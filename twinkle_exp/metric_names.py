@@ -41,6 +41,7 @@ ROLLOUT_TOKENS_PER_S = "time/rollout_tokens_per_s"
 UPDATE_TOKENS_PER_S = "time/update_tokens_per_s"
 VAL_ACCURACY = "val/accuracy"  # greedy exact match on the held-out set
 VAL_REWARD_MEAN = "val/reward_mean"
+VAL_CLIPPED_RATIO = "val/clipped_ratio"  # greedy answers with no EOS within max_new_tokens
 # + the answer's length in characters: val/accuracy on the held-out answers of that length (tasks with a few
 # distinct lengths only), the breakdown that shows whether a plateau is the task's limit or the loss's.
 VAL_ACCURACY_BY_LENGTH = "val/accuracy_by_length/"

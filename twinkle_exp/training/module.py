@@ -29,7 +29,12 @@ from twinkle_exp.sampling.sampler_copy import SamplerCopy
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking.loggers import log_metrics, log_samples
 from twinkle_exp.training import checkpoint_state
-from twinkle_exp.training.evaluation import greedy_totals, length_buckets, validation_metrics
+from twinkle_exp.training.evaluation import (
+    greedy_totals,
+    length_buckets,
+    startup_truncation_warning,
+    validation_metrics,
+)
 from twinkle_exp.training.generators import RolloutGenerators
 from twinkle_exp.training.old_logps import (
     has_dropout,
@@ -104,6 +109,7 @@ class PolicyModule(L.LightningModule):
         self.nonfinite = NonFiniteGuard(optim.max_skipped_steps)
         self.generators = RolloutGenerators()
         self.truncation = TruncationWatch(rollout.max_new_tokens, rewards.truncated_max)
+        self._startup_checked = False  # whether the validation before training was checked for truncation
         self._restored: dict[str, Any] | None = None  # this rank's checkpoint state, applied as it is needed
         self._skipped_for: str | None = None  # why on_before_optimizer_step skipped the current step
         self._sampler_copy = SamplerCopy(rollout.sampler_dtype)  # rollout.sampler_dtype
@@ -466,6 +472,9 @@ class PolicyModule(L.LightningModule):
     ) -> dict[str, float]:
         """Evaluate on the held-out set (unless `figures` of these weights are given) and log at this step."""
         self.validation.record(figures or self.evaluate(), self.global_step)
+        if self.rollouts_done == 0 and not self._startup_checked and self.global_rank == 0:
+            self._startup_checked = True  # the validation before training: said once
+            startup_truncation_warning(self.validation.last, self.rollout_cfg.max_new_tokens)
         log_metrics(self.loggers, self.validation.last, self.global_step)
         if prog_bar and self._trainer is not None and self.trainer.training:
             self.log("acc", self.validation.last[M.VAL_ACCURACY], prog_bar=True, logger=False)
