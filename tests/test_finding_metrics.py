@@ -124,10 +124,11 @@ def test_accuracy_by_answer_length_from_summed_totals():
     examples = [Example("p", "ab"), Example("q", "abc"), Example("r", "xy")]
     buckets = length_buckets(examples)
     assert buckets == [2, 3]
-    # 2 of 3 right: both answers of length 2 (the "xy" one wrong), the one of length 3 right
-    totals = torch.tensor([2.0, 2.0, 3.0, 1.0, 2.0, 1.0, 1.0], dtype=torch.float64)
+    # 2 of 3 right, 1 cut off: both answers of length 2 (the "xy" one wrong), the one of length 3 right
+    totals = torch.tensor([2.0, 2.0, 3.0, 1.0, 1.0, 2.0, 1.0, 1.0], dtype=torch.float64)
     metrics = validation_metrics(totals, buckets)
     assert metrics[M.VAL_ACCURACY] == pytest.approx(2 / 3)
+    assert metrics[M.VAL_CLIPPED_RATIO] == pytest.approx(1 / 3)
     assert metrics[M.VAL_ACCURACY_BY_LENGTH + "2"] == 0.5
     assert metrics[M.VAL_ACCURACY_BY_LENGTH + "3"] == 1.0
 

@@ -63,6 +63,7 @@ def test_one_rollout_moves_every_policy_parameter_and_no_reference_parameter(tmp
     assert row[M.REWARD_STD] > 0 and row[M.ADVANTAGE_ABS_MEAN] > 0, row
     assert math.isfinite(row[M.LOSS]) and row[M.GRAD_NORM] > 0
     assert row[M.KL] > 0  # the policy left the reference after the first optimizer step
+    assert 0.0 <= row[M.COMPLETION_REPEATS_PROMPT_RATIO] <= 1.0  # logged with the rollout's metrics
     unchanged = [n for n, p in module.policy.named_parameters() if torch.equal(p, policy_before[n])]
     assert not unchanged, f"policy parameters not updated: {unchanged}"
     assert module.reference is reference

@@ -144,9 +144,32 @@ def test_truncated_reward_rise() -> None:
     assert "truncated_reward_rise" not in fired(metrics, config)
 
 
+def test_repeated_prompt_reward_rise() -> None:
+    """The reward rises while most completions restate their prompt (the completions end by themselves)."""
+    metrics = default_like()
+    t = np.linspace(0, 1, len(STEPS))
+    metrics[M.COMPLETION_CLIPPED_RATIO] = series(np.full(len(STEPS), 0.1))
+    metrics[M.COMPLETION_REPEATS_PROMPT_RATIO] = series(np.where(t < 0.3, 0.2, 0.8))
+    found = fired(metrics)
+    assert "truncated_reward_rise" not in found
+    assert found["repeated_prompt_reward_rise"].evidence.startswith(
+        f"{M.COMPLETION_REPEATS_PROMPT_RATIO} > 0.5 at 70 of 100 logged steps (124-400) while {M.REWARD_MEAN} "
+        "rose from"
+    )
+    assert "reward=math" in found["repeated_prompt_reward_rise"].advice
+    # Completions that do not repeat, a reward that does not rise, or a run without the metric: silent.
+    metrics[M.COMPLETION_REPEATS_PROMPT_RATIO] = series(np.full(len(STEPS), 0.5))
+    assert "repeated_prompt_reward_rise" not in fired(metrics)
+    metrics[M.COMPLETION_REPEATS_PROMPT_RATIO] = series(np.full(len(STEPS), 0.9))
+    metrics[M.REWARD_MEAN] = series(np.full(len(STEPS), 0.3))
+    assert "repeated_prompt_reward_rise" not in fired(metrics)
+    assert "repeated_prompt_reward_rise" not in fired(default_like())
+
+
 def test_every_check_has_a_trigger_test_here() -> None:
     tested = {"on_policy", "grad_clip_every_step", "zero_std_groups", "entropy_collapse"}
     tested |= {"high_clip_fraction", "growing_kl", "nonfinite", "truncated_reward_rise"}
+    tested |= {"repeated_prompt_reward_rise"}
     assert tested == set(CHECKS)
 
 

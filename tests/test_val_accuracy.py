@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -50,3 +51,47 @@ def test_math_accuracy_is_the_math_verdict(fixed_completions):
 def test_without_a_verdict_accuracy_stays_exact_match(fixed_completions):
     rewards = RewardSet([RewardFunction("exact", exact_match)])
     assert _metrics(rewards)[M.VAL_ACCURACY] == pytest.approx(1 / 4)
+
+
+def test_most_answers_cut_off_before_training_is_said_at_start_up(monkeypatch, caplog):
+    cut = [True, True, True, False]  # 3 of 4 at the budget
+    monkeypatch.setattr(
+        evaluation,
+        "generate",
+        lambda model, tokenizer, prompts, options, **kwargs: SimpleNamespace(
+            completions=COMPLETIONS[: len(prompts)], truncated=torch.tensor(cut[: len(prompts)])
+        ),
+    )
+    metrics = _metrics(RewardSet([RewardFunction("exact", exact_match)]))
+    assert metrics[M.VAL_CLIPPED_RATIO] == pytest.approx(3 / 4)
+    with caplog.at_level(logging.WARNING, logger="twinkle_exp.training.evaluation"):
+        message = evaluation.startup_truncation_warning(metrics, max_new_tokens=4)
+    assert message == (
+        "before training, 75% of the greedy answers to the held-out prompts stopped at "
+        "rollout.max_new_tokens=4 without EOS: the model's answers do not fit the budget, so the rewards will "
+        "score unfinished text (or, with reward.truncated_max, give every cut-off completion the same capped "
+        "reward). Raise rollout.max_new_tokens or ask the prompt for a shorter answer"
+    )
+    assert [r.getMessage() for r in caplog.records] == [message]
+
+
+def test_answers_that_mostly_end_by_themselves_are_not_warned_of(fixed_completions):
+    metrics = _metrics(RewardSet([RewardFunction("exact", exact_match)]))
+    assert metrics[M.VAL_CLIPPED_RATIO] == pytest.approx(1 / 4)
+    assert evaluation.startup_truncation_warning(metrics, max_new_tokens=4) is None
+    assert evaluation.startup_truncation_warning({M.VAL_CLIPPED_RATIO: 0.5}, max_new_tokens=4) is None
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_policy_that_never_stops_is_warned_of_once_at_the_first_validation(caplog):
+    import module_helpers
+
+    from twinkle_exp.loss import GRPOLoss
+
+    module = module_helpers.make_module(GRPOLoss(beta=0.0))  # random weights: greedy text rarely ends
+    with caplog.at_level(logging.WARNING, logger="twinkle_exp.training.evaluation"):
+        first = module.log_validation()
+        module.log_validation()
+    assert first[M.VAL_CLIPPED_RATIO] > 0.5  # the precondition: most of the 8 answers were cut off
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "rollout.max_new_tokens=8 without EOS" in lines[0]

@@ -16,6 +16,9 @@ COMPLETION_MEAN_LENGTH = "train/completions/mean_length"
 COMPLETION_CLIPPED_RATIO = (
     "train/completions/clipped_ratio"  # no EOS within max_new_tokens: the truncation rate
 )
+# Share of completions that repeat their prompt: hold training.prompt_repeats.REPEAT_RUN (6) consecutive
+# token ids of it, chat-template tokens included. A reward that rises with it may pay the question restated.
+COMPLETION_REPEATS_PROMPT_RATIO = "train/completions/repeats_prompt_ratio"
 # Mean completion length (tokens, EOS included) of the rollout's correct / incorrect completions, correct as
 # the reward judged it (training.rollout_metrics.is_correct); absent from a rollout with none of that kind.
 COMPLETION_LENGTH_CORRECT = "train/completions/mean_length_correct"
@@ -38,6 +41,7 @@ ROLLOUT_TOKENS_PER_S = "time/rollout_tokens_per_s"
 UPDATE_TOKENS_PER_S = "time/update_tokens_per_s"
 VAL_ACCURACY = "val/accuracy"  # greedy exact match on the held-out set
 VAL_REWARD_MEAN = "val/reward_mean"
+VAL_CLIPPED_RATIO = "val/clipped_ratio"  # greedy answers with no EOS within max_new_tokens
 # + the answer's length in characters: val/accuracy on the held-out answers of that length (tasks with a few
 # distinct lengths only), the breakdown that shows whether a plateau is the task's limit or the loss's.
 VAL_ACCURACY_BY_LENGTH = "val/accuracy_by_length/"

@@ -151,25 +151,56 @@ def growing_kl(metrics: dict[str, Series], config: dict) -> Finding | None:
     )
 
 
-def truncated_reward_rise(metrics: dict[str, Series], config: dict) -> Finding | None:
-    """The reward rises while most completions end at rollout.max_new_tokens: learning or a reward hack?"""
-    clipped, rewards = metrics.get(M.COMPLETION_CLIPPED_RATIO, []), metrics.get(M.REWARD_MEAN, [])
-    if len(clipped) < 4 or len(rewards) < 4:
+def _reward_rise_while(metrics: dict[str, Series], key: str) -> str | None:
+    """The evidence that M.REWARD_MEAN rose while `key` (a share of completions) was above TRUNCATED_LEVEL
+    at most logged steps, or None."""
+    shares, rewards = metrics.get(key, []), metrics.get(M.REWARD_MEAN, [])
+    if len(shares) < 4 or len(rewards) < 4:
         return None
-    cut = [step for step, v in clipped if v > TRUNCATED_LEVEL]
+    most = [step for step, v in shares if v > TRUNCATED_LEVEL]
     quarter = max(1, len(rewards) // 4)
     start, end = np.mean([v for _, v in rewards[:quarter]]), _last_quarter(rewards).mean()
-    if len(cut) < TRUNCATED_FRACTION * len(clipped) or end - start < REWARD_RISE:
+    if len(most) < TRUNCATED_FRACTION * len(shares) or end - start < REWARD_RISE:
+        return None
+    return (
+        f"{key} > {TRUNCATED_LEVEL:g} at {len(most)} of {len(shares)} logged steps ({step_ranges(most)}) while "
+        f"{M.REWARD_MEAN} rose from {start:.3g} (steps {rewards[0][0]}-{rewards[quarter - 1][0]}) to {end:.3g} "
+        f"(steps {_last_quarter_start(rewards)}-{rewards[-1][0]})"
+    )
+
+
+# The report reads metrics.csv only; the sample completions go to wandb's table, which it does not read.
+READ_SAMPLES = (
+    "read a few completions (the run's log quotes some with its warning; wandb's samples table holds more)"
+)
+
+
+def truncated_reward_rise(metrics: dict[str, Series], config: dict) -> Finding | None:
+    """The reward rises while most completions end at rollout.max_new_tokens: learning or a reward hack?"""
+    evidence = _reward_rise_while(metrics, M.COMPLETION_CLIPPED_RATIO)
+    if evidence is None:
         return None
     return Finding(
         "truncated_reward_rise",
-        f"{M.COMPLETION_CLIPPED_RATIO} > {TRUNCATED_LEVEL:g} at {len(cut)} of {len(clipped)} logged steps "
-        f"({step_ranges(cut)}) while {M.REWARD_MEAN} rose from {start:.3g} (steps {rewards[0][0]}-"
-        f"{rewards[quarter - 1][0]}) to {end:.3g} (steps {_last_quarter_start(rewards)}-{rewards[-1][0]})",
+        evidence,
         f"most completions stop at rollout.max_new_tokens = {_cfg(config, 'rollout.max_new_tokens')} without "
-        "ending, so the reward is scoring unfinished text: read a few completions (the samples table) and "
-        f"{M.VAL_ACCURACY}; a reward that credits the question restated is a hack. Raise "
-        "rollout.max_new_tokens, ask for a shorter answer, or keep reward.truncated_max = 0",
+        f"ending, so the reward is scoring unfinished text: {READ_SAMPLES} and {M.VAL_ACCURACY}; a reward "
+        "that credits the question restated is a hack. Raise rollout.max_new_tokens, ask for a shorter "
+        "answer, or keep reward.truncated_max = 0",
+    )
+
+
+def repeated_prompt_reward_rise(metrics: dict[str, Series], config: dict) -> Finding | None:
+    """The reward rises while most completions repeat their prompt: the reward may pay for the question."""
+    evidence = _reward_rise_while(metrics, M.COMPLETION_REPEATS_PROMPT_RATIO)
+    if evidence is None:
+        return None
+    return Finding(
+        "repeated_prompt_reward_rise",
+        evidence,
+        f"most completions restate their prompt, so the reward may be paying for the question rather than "
+        f"an answer: {READ_SAMPLES} and {M.VAL_ACCURACY} (a worked answer may quote its question "
+        "legitimately). Score only the final answer (reward=math does) and ask the prompt for just the answer",
     )
 
 
@@ -196,6 +227,10 @@ CHECKS: dict[str, tuple[str, Callable]] = {
     "high_clip_fraction": ("high clip fraction", high_clip_fraction),
     "growing_kl": ("KL growing without bound", growing_kl),
     "truncated_reward_rise": ("reward rising on cut-off completions", truncated_reward_rise),
+    "repeated_prompt_reward_rise": (
+        "reward rising on completions that repeat the prompt",
+        repeated_prompt_reward_rise,
+    ),
     "nonfinite": ("non-finite values", nonfinite_values),
 }
 

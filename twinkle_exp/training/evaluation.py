@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import torch
@@ -12,7 +13,9 @@ from twinkle_exp.models import Tokenizer
 from twinkle_exp.rewards import NonFiniteRewardError, RewardSet, exact_match
 from twinkle_exp.sampling.generate import SamplingOptions, generate
 from twinkle_exp.tasks import Example
+from twinkle_exp.training.rollout_metrics import TRUNCATED_MOST
 
+log = logging.getLogger(__name__)
 # Beyond this many distinct answer lengths (free-form answers: GSM8K) a per-length accuracy is noise.
 MAX_LENGTH_BUCKETS = 16
 
@@ -36,8 +39,9 @@ def greedy_totals(
     buckets: list[int] | None = None,
     completion_answer: Callable[[str], str] | None = None,
 ) -> torch.Tensor:
-    """`[3 + 2K]` float64 on the model's device: correct answers, summed total reward and number of
-    `examples` of greedy completions, then (correct, count) for each of the K answer lengths in `buckets`.
+    """`[4 + 2K]` float64 on the model's device: correct answers, summed total reward, number of `examples`
+    and of those cut off at the budget, of greedy completions, then (correct, count) for each of the K answer
+    lengths in `buckets`.
     Sums, so shares of the held-out set decoded on different ranks add up. Restores the model's mode.
 
     Correct is the verdict of the reward function that gives one (`RewardSet.verdict`: reward=math), else
@@ -46,7 +50,7 @@ def greedy_totals(
     buckets = buckets or []
     was_training = model.training
     model.eval()
-    correct, reward_sum = 0.0, 0.0
+    correct, reward_sum, cut_off = 0.0, 0.0, 0.0
     by_length = torch.zeros(len(buckets), 2, dtype=torch.float64)  # [K, (correct, count)]
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
@@ -66,12 +70,13 @@ def greedy_totals(
         # An answer cut off at the budget is not correct, whatever its text (see RewardSet.truncated_max).
         hits = [m if not cut else 0.0 for m, cut in zip(matches, decoded.truncated.tolist(), strict=True)]
         correct += sum(hits)
+        cut_off += float(decoded.truncated.sum())
         for answer, hit in zip(answers, hits, strict=True):
             if len(answer) in buckets:
                 by_length[buckets.index(len(answer))] += torch.tensor([hit, 1.0], dtype=torch.float64)
     model.train(was_training)
     device = next(model.parameters()).device
-    head = torch.tensor([correct, reward_sum, len(examples)], dtype=torch.float64)
+    head = torch.tensor([correct, reward_sum, len(examples), cut_off], dtype=torch.float64)
     return torch.cat([head, by_length.flatten()]).to(device)
 
 
@@ -95,10 +100,29 @@ def _verdicts_alone(
 
 
 def validation_metrics(totals: torch.Tensor, buckets: list[int] | None = None) -> dict[str, float]:
-    """Accuracy, mean reward and the accuracy per answer length in `buckets`, from `greedy_totals` (summed
-    over every share of the held-out set)."""
-    correct, reward_sum, count = totals[:3].tolist()
+    """Accuracy, mean reward, share cut off and the accuracy per answer length in `buckets`, from
+    `greedy_totals` (summed over every share of the held-out set)."""
+    correct, reward_sum, count, cut_off = totals[:4].tolist()
     metrics = {M.VAL_ACCURACY: correct / count, M.VAL_REWARD_MEAN: reward_sum / count}
-    for length, (hits, n) in zip(buckets or [], totals[3:].view(-1, 2).tolist(), strict=True):
+    metrics[M.VAL_CLIPPED_RATIO] = cut_off / count
+    for length, (hits, n) in zip(buckets or [], totals[4:].view(-1, 2).tolist(), strict=True):
         metrics[M.VAL_ACCURACY_BY_LENGTH + str(length)] = hits / n if n else float("nan")
     return metrics
+
+
+def startup_truncation_warning(metrics: dict[str, float], max_new_tokens: int) -> str | None:
+    """Warn when most greedy answers of the validation before training (its `validation_metrics`) end at
+    the budget: the task, prompt and budget do not fit, and the rollouts will show it as cut-off rewards
+    (capped alike, so groups without a signal) long before anything else does. The warning or None."""
+    share = metrics[M.VAL_CLIPPED_RATIO]
+    if not share > TRUNCATED_MOST:
+        return None
+    message = (
+        f"before training, {share:.0%} of the greedy answers to the held-out prompts stopped at "
+        f"rollout.max_new_tokens={max_new_tokens} without EOS: the model's answers do not fit the budget, so "
+        "the rewards will score unfinished text (or, with reward.truncated_max, give every cut-off "
+        "completion the same capped reward). Raise rollout.max_new_tokens or ask the prompt for a shorter "
+        "answer"
+    )
+    log.warning(message)
+    return message

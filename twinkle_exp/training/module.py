@@ -29,7 +29,12 @@ from twinkle_exp.sampling.sampler_copy import SamplerCopy
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking.loggers import log_metrics, log_samples
 from twinkle_exp.training import checkpoint_state
-from twinkle_exp.training.evaluation import greedy_totals, length_buckets, validation_metrics
+from twinkle_exp.training.evaluation import (
+    greedy_totals,
+    length_buckets,
+    startup_truncation_warning,
+    validation_metrics,
+)
 from twinkle_exp.training.generators import RolloutGenerators
 from twinkle_exp.training.old_logps import (
     has_dropout,
@@ -38,6 +43,7 @@ from twinkle_exp.training.old_logps import (
     should_recompute,
 )
 from twinkle_exp.training.optimizer import adamw
+from twinkle_exp.training.prompt_repeats import rollout_repeats_prompt
 from twinkle_exp.training.rollout_metrics import RolloutRows, StageTimer, TruncationWatch, rollout_metrics
 from twinkle_exp.training.update_plan import UpdatePlan, shuffled_steps
 from twinkle_exp.training.update_step import accumulate_gradients
@@ -103,6 +109,7 @@ class PolicyModule(L.LightningModule):
         self.nonfinite = NonFiniteGuard(optim.max_skipped_steps)
         self.generators = RolloutGenerators()
         self.truncation = TruncationWatch(rollout.max_new_tokens, rewards.truncated_max)
+        self._startup_checked = False  # whether the validation before training was checked for truncation
         self._restored: dict[str, Any] | None = None  # this rank's checkpoint state, applied as it is needed
         self._skipped_for: str | None = None  # why on_before_optimizer_step skipped the current step
         self._sampler_copy = SamplerCopy(rollout.sampler_dtype)  # rollout.sampler_dtype
@@ -296,16 +303,27 @@ class PolicyModule(L.LightningModule):
     def _finish_rollout(self, plan: UpdatePlan, in_step: bool = True) -> None:
         """Log the rollout's own metrics at the step that ends its updates (every rank together)."""
         rollout = plan.rollout
+        repeats = rollout_repeats_prompt(rollout)  # [N] bool, this rank's rows
         everyone = RolloutRows(
-            plan.rewards, plan.per_fn, rollout.completion_lengths, rollout.truncated, rollout.filtered_mass
-        )
-        everyone = everyone.gathered()
+            plan.rewards,
+            plan.per_fn,
+            rollout.completion_lengths,
+            rollout.truncated,
+            rollout.filtered_mass,
+            repeats_prompt=repeats,
+        ).gathered()
         seconds = collectives.max_over_ranks(plan.seconds)  # the slowest rank's
         metrics = rollout_metrics(everyone, plan.adv, seconds, epochs=self.optim_cfg.mu)
         # What the reward functions counted (math: parse failures), over every rank's completions.
         metrics |= collectives.sum_over_ranks(plan.reward_metrics)
-        if self.global_rank == 0:
-            self.truncation.observe(metrics[M.COMPLETION_CLIPPED_RATIO], self.global_step)
+        if self.global_rank == 0:  # quoting rank 0's own completions
+            texts = rollout.completions
+            cut = [c for c, flag in zip(texts, rollout.truncated.tolist(), strict=True) if flag]
+            self.truncation.observe(metrics[M.COMPLETION_CLIPPED_RATIO], self.global_step, cut)
+            repeating = [c for c, flag in zip(texts, repeats.tolist(), strict=True) if flag]
+            self.truncation.observe_repeats(
+                metrics[M.COMPLETION_REPEATS_PROMPT_RATIO], self.global_step, repeating
+            )
         log_metrics(self.loggers, metrics | {M.ROLLOUT_INDEX: float(self.rollouts_done)}, self.global_step)
         if in_step:  # the progress bar; Lightning refuses self.log outside a training step
             self.log("reward", metrics[M.REWARD_MEAN], prog_bar=True, logger=False)
@@ -454,6 +472,9 @@ class PolicyModule(L.LightningModule):
     ) -> dict[str, float]:
         """Evaluate on the held-out set (unless `figures` of these weights are given) and log at this step."""
         self.validation.record(figures or self.evaluate(), self.global_step)
+        if self.rollouts_done == 0 and not self._startup_checked and self.global_rank == 0:
+            self._startup_checked = True  # the validation before training: said once
+            startup_truncation_warning(self.validation.last, self.rollout_cfg.max_new_tokens)
         log_metrics(self.loggers, self.validation.last, self.global_step)
         if prog_bar and self._trainer is not None and self.trainer.training:
             self.log("acc", self.validation.last[M.VAL_ACCURACY], prog_bar=True, logger=False)

@@ -13,9 +13,12 @@ import torch
 from twinkle_exp import metric_names as M
 from twinkle_exp.loss.advantages import AdvantageResult
 from twinkle_exp.parallel import collectives
+from twinkle_exp.training.prompt_repeats import REPEAT_RUN
 
 log = logging.getLogger(__name__)
-TRUNCATED_MOST = 0.5  # a rollout with more than this share of completions cut off at the budget is warned of
+# A rollout (or the start-up validation) with more than this share of its completions cut off at the budget,
+# or repeating the prompt, is warned of.
+TRUNCATED_MOST = 0.5
 
 
 class StageTimer:
@@ -42,22 +45,29 @@ class RolloutRows:
     lengths: torch.Tensor  # [N] completion tokens per row, EOS included
     truncated: torch.Tensor  # [N] bool, max_new_tokens reached without EOS
     filtered_mass: torch.Tensor | None = None  # [N] top-k/top-p's removed mass summed over the row's tokens
+    repeats_prompt: torch.Tensor | None = None  # [N] bool, the completion repeats its prompt (prompt_repeats)
 
     def gathered(self) -> RolloutRows:
         """Every data-parallel rank's rows, rank 0's first (one collective): the global batch, exactly as one
         process holding all of them would have it. Rows stay whole groups, so groups never mix."""
         names = sorted(self.per_fn)
-        filtered = [] if self.filtered_mass is None else [self.filtered_mass]  # the same on every rank
-        columns = [self.rewards, *(self.per_fn[n] for n in names), self.lengths, self.truncated, *filtered]
-        local = torch.stack([c.detach().to("cpu", torch.float64) for c in columns], dim=1)  # [N, 3 + fns]
-        everyone = collectives.all_gather_rows(local)  # [ranks * N, 3 + fns (+ 1)]
-        last = everyone.shape[1] - len(filtered)
+        # The optional columns are present or absent on every rank alike.
+        filtered = [] if self.filtered_mass is None else [self.filtered_mass]
+        repeats = [] if self.repeats_prompt is None else [self.repeats_prompt]
+        columns = [self.rewards, *(self.per_fn[n] for n in names), self.lengths, self.truncated]
+        columns += [*filtered, *repeats]
+        local = torch.stack(
+            [c.detach().to("cpu", torch.float64) for c in columns], dim=1
+        )  # [N, 3 + fns (+ 2)]
+        everyone = collectives.all_gather_rows(local)  # [ranks * N, 3 + fns (+ 2)]
+        last = 1 + len(names) + 2  # the first optional column
         return RolloutRows(
             rewards=everyone[:, 0].to(self.rewards.dtype),
             per_fn={n: everyone[:, 1 + i].to(self.per_fn[n].dtype) for i, n in enumerate(names)},
             lengths=everyone[:, last - 2].long(),
             truncated=everyone[:, last - 1].bool(),
             filtered_mass=everyone[:, last] if filtered else None,
+            repeats_prompt=everyone[:, last + len(filtered)].bool() if repeats else None,
         )
 
 
@@ -117,28 +127,30 @@ def rollout_metrics(
     }
     if rows.filtered_mass is not None:
         metrics[M.SAMPLER_FILTERED_MASS] = rows.filtered_mass.sum() / max(tokens, 1.0)
+    if rows.repeats_prompt is not None:
+        metrics[M.COMPLETION_REPEATS_PROMPT_RATIO] = rows.repeats_prompt.float().mean()
     return {key: float(value) for key, value in metrics.items()} | length_by_correctness(rows)
 
 
 class TruncationWatch:
-    """Says plainly when most completions of a rollout end at `rollout.max_new_tokens` without EOS.
+    """Says plainly when most completions of a rollout end at `rollout.max_new_tokens` without EOS, or repeat
+    their prompt (`prompt_repeats`).
 
-    Otherwise that shows only as groups with identical rewards (every cut-off completion capped at
+    Otherwise truncation shows only as groups with identical rewards (every cut-off completion capped at
     `reward.truncated_max`), or, with no cap, as a reward that may come from text the model repeats rather
-    than from an answer. Warns at the first such rollout and at every `every`-th one after, naming the
-    optimizer steps where it happened.
+    than from an answer; a repeated prompt shows nowhere. Each kind warns at its first such rollout and at
+    every `every`-th one after, naming the optimizer steps where it happened and quoting a few completions.
     """
 
     def __init__(self, max_new_tokens: int, truncated_max: float | None, every: int = 10):
         self.max_new_tokens, self.truncated_max, self.every = max_new_tokens, truncated_max, every
         self.steps: list[int] = []  # optimizer steps whose rollout was mostly cut off
+        self.repeat_steps: list[int] = []  # optimizer steps whose rollout mostly repeated its prompts
 
-    def observe(self, clipped_ratio: float, step: int) -> str | None:
-        """Record one rollout's share of cut-off completions (after optimizer step `step`); the warning or None."""
-        if not clipped_ratio > TRUNCATED_MOST:
-            return None
-        self.steps.append(step)
-        if (len(self.steps) - 1) % self.every:
+    def observe(self, clipped_ratio: float, step: int, examples: list[str] | None = None) -> str | None:
+        """Record one rollout's share of cut-off completions (after optimizer step `step`), with a few of
+        them as `examples`; the warning or None."""
+        if not _noted(clipped_ratio, step, self.steps, self.every):
             return None
         if self.truncated_max is None:
             effect = (
@@ -151,10 +163,43 @@ class TruncationWatch:
             f"{clipped_ratio:.0%} of the completions of the rollout ending at optimizer step {step} stopped at "
             f"rollout.max_new_tokens={self.max_new_tokens} without EOS (most were, in {len(self.steps)} "
             f"rollout(s): steps {_some_steps(self.steps)}); {effect}. Raise rollout.max_new_tokens or ask "
-            f"the prompt for a shorter answer"
+            f"the prompt for a shorter answer{_quoted(examples)}"
         )
         log.warning(message)
         return message
+
+    def observe_repeats(
+        self, repeats_ratio: float, step: int, examples: list[str] | None = None
+    ) -> str | None:
+        """Record one rollout's share of completions that repeat their prompt, with a few of them as
+        `examples`; the warning or None."""
+        if not _noted(repeats_ratio, step, self.repeat_steps, self.every):
+            return None
+        message = (
+            f"{repeats_ratio:.0%} of the completions of the rollout ending at optimizer step {step} repeat "
+            f"their prompt ({REPEAT_RUN} or more of its tokens in a row; most did, in {len(self.repeat_steps)} "
+            f"rollout(s): steps {_some_steps(self.repeat_steps)}); a reward that rises now may pay for the "
+            "question restated rather than for an answer. Check that the reward scores the final answer only "
+            f"(reward=math does) and ask the prompt for just the answer{_quoted(examples)}"
+        )
+        log.warning(message)
+        return message
+
+
+def _noted(ratio: float, step: int, steps: list[int], every: int) -> bool:
+    """Whether a rollout with this share of flagged completions is warned of; records its step if most are."""
+    if not ratio > TRUNCATED_MOST:
+        return False
+    steps.append(step)
+    return (len(steps) - 1) % every == 0
+
+
+def _quoted(examples: list[str] | None, shown: int = 3, width: int = 60) -> str:
+    """ "; for example 'abc…', 'de'": the first `shown` examples, each cut to `width` characters."""
+    if not examples:
+        return ""
+    cut = [text if len(text) <= width else text[:width] + "…" for text in examples[:shown]]
+    return "; for example " + ", ".join(repr(text) for text in cut)
 
 
 def _some_steps(steps: list[int], head: int = 5) -> str:
