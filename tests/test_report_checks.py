@@ -114,10 +114,25 @@ def test_high_clip_fraction(key: str) -> None:
 def test_growing_kl() -> None:
     metrics = default_like()
     metrics[M.KL] = series(np.linspace(0.0, 3.0, len(STEPS)) ** 2)
+    metrics[M.VAL_ACCURACY] = [(s, 0.6) for s in range(0, 401, 40)]  # flat: the KL buys nothing
     finding = fired(metrics)["growing_kl"]
     assert finding.evidence.startswith("train/kl: mean ") and "loss.beta (now 0.01)" in finding.advice
+    assert finding.evidence.endswith("while val/accuracy went from 60.0% to 60.0%")
+    del metrics[M.VAL_ACCURACY]  # no held-out accuracy logged: the KL alone decides
+    assert "val/accuracy" not in fired(metrics)["growing_kl"].evidence
     metrics[M.KL] = series(np.full(len(STEPS), 0.8))  # high but flat: not growing
     assert "growing_kl" not in fired(metrics)
+
+
+def test_growing_kl_that_buys_accuracy_is_learning() -> None:
+    """The default benchmark's shape: KL to a weak warm-start grows 6x while held-out accuracy climbs."""
+    metrics = default_like()
+    metrics[M.KL] = series(np.linspace(0.0, 3.0, len(STEPS)) ** 2)
+    metrics[M.VAL_ACCURACY] = [(s, 0.26 + 0.6 * s / 400) for s in range(0, 401, 40)]
+    assert "growing_kl" not in fired(metrics)
+    # A gain just under KL_PAID_GAIN between the two spans is not enough.
+    metrics[M.VAL_ACCURACY] = [(s, 0.5 + 0.06 * s / 400) for s in range(0, 401, 40)]
+    assert "growing_kl" in fired(metrics)
 
 
 def test_nonfinite_values() -> None:

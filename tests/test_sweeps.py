@@ -126,6 +126,8 @@ def test_grids_are_what_their_headers_say():
         "0",
         "1",
         "2",
+        "3",
+        "4",
     ]
     # each loss as its paper defines it: Dr.GRPO with unscaled advantages, GSPO at its own clip range
     drgrpo = _compose(["+sweep=six_losses", "+experiment=drgrpo_paper"])

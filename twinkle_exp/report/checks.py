@@ -23,6 +23,9 @@ ZERO_STD_LEVEL, ZERO_STD_FRACTION = 0.9, 0.5  # default run: at most 0.81 at any
 ENTROPY_DROP = 0.1  # default run: last quarter at ~35% of the first value (0.74 -> 0.26 nats)
 CLIP_MEDIAN = 0.1  # default run: median 0.6% of tokens
 KL_GROWTH, KL_FLOOR = 2.0, 0.5  # default run: last quarter 0.20-0.25 nats, 1.3-1.7x the second quarter
+# KL growth that buys held-out accuracy is learning, not drift: the default run moves from a 26% warm-start to
+# about 85%, and its KL to that warm-start grows about 6x (0.11 -> 0.66 nats) while val/accuracy gains ~30 points.
+KL_PAID_GAIN = 0.05
 TRUNCATED_LEVEL, TRUNCATED_FRACTION = 0.5, 0.5  # default run: its 8-token answers end with EOS
 REWARD_RISE = 0.1  # the last quarter's mean reward above the first quarter's by at least this much
 RATIO_TOLERANCE = 1e-3  # |r - 1| below this counts as "ratio exactly 1" (sampler and trainer forward differ)
@@ -133,7 +136,8 @@ def high_clip_fraction(metrics: dict[str, Series], config: dict) -> Finding | No
 
 
 def growing_kl(metrics: dict[str, Series], config: dict) -> Finding | None:
-    """KL to the reference over the last quarter >= KL_GROWTH x the second quarter's, and >= KL_FLOOR nats."""
+    """KL to the reference over the last quarter >= KL_GROWTH x the second quarter's, and >= KL_FLOOR nats,
+    while val/accuracy (when logged) gained less than KL_PAID_GAIN between the same two spans."""
     series = metrics.get(M.KL, [])
     if len(series) < 8:
         return None
@@ -142,13 +146,30 @@ def growing_kl(metrics: dict[str, Series], config: dict) -> Finding | None:
     end = _last_quarter(series).mean()
     if end < KL_FLOOR or end < KL_GROWTH * middle:
         return None
+    spans = (series[quarter][0], series[2 * quarter - 1][0]), (_last_quarter_start(series), series[-1][0])
+    accuracy = [_mean_over(metrics.get(M.VAL_ACCURACY, []), *span) for span in spans]
+    paid = ""
+    if None not in accuracy:
+        if accuracy[1] - accuracy[0] >= KL_PAID_GAIN:
+            return None
+        paid = f", while {M.VAL_ACCURACY} went from {accuracy[0]:.1%} to {accuracy[1]:.1%}"
     return Finding(
         "growing_kl",
-        f"{M.KL}: mean {middle:.3g} over steps {series[quarter][0]}-{series[2 * quarter - 1][0]}, "
-        f"{end:.3g} over steps {_last_quarter_start(series)}-{series[-1][0]} (x{end / max(middle, 1e-12):.1f})",
-        f"the policy keeps moving away from the reference: raise loss.beta (now {_cfg(config, 'loss.beta')}), "
-        "lower optim.lr, or check the reward for a shortcut the policy exploits",
+        f"{M.KL}: mean {middle:.3g} over steps {spans[0][0]}-{spans[0][1]}, "
+        f"{end:.3g} over steps {spans[1][0]}-{spans[1][1]} (x{end / max(middle, 1e-12):.1f}){paid}",
+        f"the policy keeps moving away from the reference without gaining held-out accuracy: raise loss.beta "
+        f"(now {_cfg(config, 'loss.beta')}), lower optim.lr, or check the reward for a shortcut the policy exploits",
     )
+
+
+def _mean_over(series: Series, first: int, last: int) -> float | None:
+    """The mean of `series` over steps first..last; its last value before `first` if none falls there; None
+    when it has no value by `last`."""
+    inside = [v for step, v in series if first <= step <= last]
+    if inside:
+        return float(np.mean(inside))
+    before = [v for step, v in series if step < first]
+    return before[-1] if before else None
 
 
 def _reward_rise_while(metrics: dict[str, Series], key: str) -> str | None:
