@@ -1,5 +1,6 @@
-"""A completion repeats its prompt when it holds REPEAT_RUN consecutive token ids of it; the share is logged
-with each rollout's metrics and a rollout where most do is warned of, quoting a few."""
+"""A completion repeats its prompt when runs of REPEAT_RUN consecutive token ids of it cover most of its
+tokens; the share is logged with each rollout's metrics and a rollout where most do is warned of, quoting a
+few."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from twinkle_exp import metric_names as M
 from twinkle_exp.loss import IGNORE_INDEX
 from twinkle_exp.loss.advantages import group_advantages
 from twinkle_exp.sampling.generate import RolloutBatch
-from twinkle_exp.training.prompt_repeats import REPEAT_RUN, repeats_prompt, rollout_repeats_prompt
+from twinkle_exp.training.prompt_repeats import (
+    REPEAT_RUN,
+    REPEAT_SHARE,
+    repeats_prompt,
+    rollout_repeats_prompt,
+)
 from twinkle_exp.training.rollout_metrics import RolloutRows, TruncationWatch, rollout_metrics
 
 PAD = 0
@@ -46,6 +52,19 @@ def test_repeats_are_runs_of_the_rows_own_prompt_ids():
     c_ids, c_mask = padded([c[1] for c in CASES], left=False)
     got = repeats_prompt(p_ids, p_mask, c_ids, c_mask)
     assert got.tolist() == [c[2] for c in CASES]
+
+
+def test_a_restatement_followed_by_an_answer_is_not_a_repeat():
+    """`59 + 63 = 122<eos>` copies 6 of its 11 tokens (EOS aside), `59 + 63 =<eos>` 6 of 7."""
+    run, eos = PROMPT[:REPEAT_RUN], 2
+    answered, restated = [*run, 90, 91, 92, 93, 94, eos], [*run, 90, eos]
+    p_ids, p_mask = padded([PROMPT, PROMPT], left=True)
+    c_ids, c_mask = padded([answered, restated], left=False)
+    ends = torch.tensor([True, True])
+    assert repeats_prompt(p_ids, p_mask, c_ids, c_mask, ends_with_eos=ends).tolist() == [False, True]
+    assert 6 / 11 < REPEAT_SHARE <= 6 / 7
+    # Counted with its EOS the restatement covers 6 of 8: still above the share; the answer 6 of 12.
+    assert repeats_prompt(p_ids, p_mask, c_ids, c_mask).tolist() == [False, True]
 
 
 def test_padding_never_makes_a_run():
@@ -86,7 +105,7 @@ def rollout_of(prompts: list[list[int]], completions: list[list[int]]) -> Rollou
         old_logps=torch.zeros(n, p_ids.shape[1] + c_ids.shape[1]),
         completion_ids=completions,
         completions=[str(c) for c in completions],
-        truncated=torch.zeros(n, dtype=torch.bool),
+        truncated=torch.ones(n, dtype=torch.bool),  # hand-built rows: no closing EOS to set aside
         prompt_index=torch.arange(n),
         group_size=1,
     )
@@ -122,8 +141,8 @@ def test_a_rollout_mostly_repeating_its_prompts_is_warned_of_with_examples(caplo
         said = [watch.observe_repeats(r, s, examples) for s, r in [(4, 0.5), (8, 0.9), (12, 0.8), (16, 1.0)]]
     assert said[0] is None and said[2] is None  # half is not most; then every 2nd one
     assert said[1] == (
-        f"90% of the completions of the rollout ending at optimizer step 8 repeat their prompt ({REPEAT_RUN} "
-        "or more of its tokens in a row; most did, in 1 rollout(s): steps 8); a reward that rises now may pay "
+        f"90% of the completions of the rollout ending at optimizer step 8 repeat their prompt (runs of "
+        f"{REPEAT_RUN}+ of its tokens make up {REPEAT_SHARE:.0%}+ of theirs; most did, in 1 rollout(s): steps 8); a reward that rises now may pay "
         "for the question restated rather than for an answer. Check that the reward scores the final answer "
         "only (reward=math does) and ask the prompt for just the answer; for example "
         "'What is 59 + 63? Reply with just the number. What is 59 + 63…', '59 + 63 = 59', 'x'"

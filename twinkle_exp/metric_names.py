@@ -16,8 +16,9 @@ COMPLETION_MEAN_LENGTH = "train/completions/mean_length"
 COMPLETION_CLIPPED_RATIO = (
     "train/completions/clipped_ratio"  # no EOS within max_new_tokens: the truncation rate
 )
-# Share of completions that repeat their prompt: hold training.prompt_repeats.REPEAT_RUN (6) consecutive
-# token ids of it, chat-template tokens included. A reward that rises with it may pay the question restated.
+# Share of completions that repeat their prompt: runs of training.prompt_repeats.REPEAT_RUN (6) consecutive
+# token ids of it (chat-template tokens included) cover REPEAT_SHARE (2/3) of their tokens, a closing EOS
+# aside. A reward that rises with it may pay the question restated.
 COMPLETION_REPEATS_PROMPT_RATIO = "train/completions/repeats_prompt_ratio"
 # Mean completion length (tokens, EOS included) of the rollout's correct / incorrect completions, correct as
 # the reward judged it (training.rollout_metrics.is_correct); absent from a rollout with none of that kind.

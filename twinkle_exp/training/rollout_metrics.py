@@ -13,7 +13,7 @@ import torch
 from twinkle_exp import metric_names as M
 from twinkle_exp.loss.advantages import AdvantageResult
 from twinkle_exp.parallel import collectives
-from twinkle_exp.training.prompt_repeats import REPEAT_RUN
+from twinkle_exp.training.prompt_repeats import REPEAT_RUN, REPEAT_SHARE
 
 log = logging.getLogger(__name__)
 # A rollout (or the start-up validation) with more than this share of its completions cut off at the budget,
@@ -177,7 +177,7 @@ class TruncationWatch:
             return None
         message = (
             f"{repeats_ratio:.0%} of the completions of the rollout ending at optimizer step {step} repeat "
-            f"their prompt ({REPEAT_RUN} or more of its tokens in a row; most did, in {len(self.repeat_steps)} "
+            f"their prompt (runs of {REPEAT_RUN}+ of its tokens make up {REPEAT_SHARE:.0%}+ of theirs; most did, in {len(self.repeat_steps)} "
             f"rollout(s): steps {_some_steps(self.repeat_steps)}); a reward that rises now may pay for the "
             "question restated rather than for an answer. Check that the reward scores the final answer only "
             f"(reward=math does) and ask the prompt for just the answer{_quoted(examples)}"
