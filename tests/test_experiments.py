@@ -81,6 +81,8 @@ EXPECTED = {
             "rollout.max_new_tokens": 24,
             "reward.truncated_max": 0.0,
             "optim.lr": 2e-4,
+            "optim.mu": 1,
+            "optim.num_minibatches": 4,
             "warmup.enabled": False,
         },
         "cites": [],
