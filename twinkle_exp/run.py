@@ -10,7 +10,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from hydra.utils import instantiate
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -25,15 +24,14 @@ from twinkle_exp.lifecycle.checkpoints import CheckpointCallback, weights_digest
 from twinkle_exp.lifecycle.session import RunSession
 from twinkle_exp.parallel.ranks import SameOutputDir, check_data_parallel, check_launch
 from twinkle_exp.parallel.strategy import lightning_strategy
-from twinkle_exp.policy.build import with_task_prompt_format
 from twinkle_exp.report.run_summary import print_warnings, summarize_run
-from twinkle_exp.rewards import build_rewards
 from twinkle_exp.tasks.prompt_stream import PromptStream, prompts_per_rank
 from twinkle_exp.tracking.end_summary import print_summary
 from twinkle_exp.tracking.loggers import build_loggers
 from twinkle_exp.tracking.metrics_file import truncate_rows
 from twinkle_exp.tracking.progress import RolloutProgressBar
 from twinkle_exp.tracking.run_json import JobInfo, read_run_json, run_wandb_id
+from twinkle_exp.training.from_config import policy_and_task, policy_module
 from twinkle_exp.training.module import PolicyModule
 from twinkle_exp.training.warmup import warm_start
 from twinkle_exp.training.warmup_cache import cache_key
@@ -74,27 +72,14 @@ def build_module(cfg: Config, rank: int = 0) -> tuple[PolicyModule, dict[str, An
     Every rank builds the same initial weights; global rank 0 trains a missing warm-start, the others
     wait for its cache.
     """
-    torch.manual_seed(cfg.warmup.seed)  # the initial weights belong to the warm-start, not to the RL seed
-    policy = instantiate(cfg.policy)
-    task = instantiate(cfg.task)
-    policy = with_task_prompt_format(policy, task)  # prompts in the chat template when the task asks
+    policy, task = policy_and_task(cfg)
     warm: dict[str, Any] = {"enabled": False}
     if cfg.warmup.enabled:
         if rank == 0:
             policy.model.to(_warmup_device(cfg.trainer))
         key = cache_key(cfg.policy, cfg.task, cfg.warmup, policy, task)
         warm = warm_start(policy, task, cfg.warmup, key, trains=rank == 0)
-    module = PolicyModule(
-        policy,
-        task,
-        build_rewards(cfg.reward.functions, cfg.reward.truncated_max),
-        instantiate(cfg.loss),
-        rollout=cfg.rollout,
-        advantage=cfg.advantage,
-        optim=cfg.optim,
-        trainer=cfg.trainer,
-        seed=cfg.seed,
-    )
+    module = policy_module(cfg, policy, task)
     return module, warm
 
 

@@ -5,7 +5,8 @@
 
 Each repeat is its own process (`harness.measure_in_child`): the preset's config (`+experiment=
 smollm2_addition`: 8 prompts x 8 samples, 24 new tokens, temperature 0.7, LoRA r 16 on every linear layer,
-mu 2 x 2 minibatches, reward=math), composed by Hydra and built as `run.build_module` builds it, trained
+one pass per rollout in 4 minibatches, reward=math), composed by Hydra and built as a run builds it
+(`training/from_config.py`), trained
 for `--rollouts` rollouts (validating on 8 problems, not 128, outside the timed stages); the first rollout is dropped as warm-up. It prints:
 - seconds per rollout of rollout / reference / update (`time/*_s` from the fit's metrics.csv);
 - the update's model FLOPs (`flops.py`: 4 x base parameters x tokens under LoRA, 6 x with `--full`,

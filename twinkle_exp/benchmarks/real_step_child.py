@@ -28,15 +28,12 @@ PRESET = [
 
 
 def _build(full: bool, rollouts: int):
-    """The preset's typed config and its PolicyModule, as `run.build_module` builds them (no warm-up)."""
+    """The preset's typed config and its PolicyModule, as a run builds them (no warm-start)."""
     from hydra import compose, initialize_config_module
-    from hydra.utils import instantiate
 
     from twinkle_exp.config.checks import check_config
     from twinkle_exp.config.store import register_configs
-    from twinkle_exp.policy.build import with_task_prompt_format
-    from twinkle_exp.rewards import build_rewards
-    from twinkle_exp.training.module import PolicyModule
+    from twinkle_exp.training.from_config import policy_and_task, policy_module
 
     register_configs()
     overrides = [*PRESET, "policy.lora=null"] if full else list(PRESET)
@@ -44,21 +41,7 @@ def _build(full: bool, rollouts: int):
         cfg = compose("config", overrides=overrides)
     cfg.trainer.max_steps = rollouts * cfg.optim.mu * cfg.optim.num_minibatches
     typed = check_config(cfg)
-    torch.manual_seed(typed.warmup.seed)
-    policy = instantiate(typed.policy)
-    task = instantiate(typed.task)
-    module = PolicyModule(
-        with_task_prompt_format(policy, task),
-        task,
-        build_rewards(typed.reward.functions, typed.reward.truncated_max),
-        instantiate(typed.loss),
-        rollout=typed.rollout,
-        advantage=typed.advantage,
-        optim=typed.optim,
-        trainer=typed.trainer,
-        seed=typed.seed,
-    )
-    return typed, module
+    return typed, policy_module(typed, *policy_and_task(typed))
 
 
 class _Counter:
@@ -110,23 +93,12 @@ class _Counter:
 
 
 def _fit(module, typed, out: str, profile: bool) -> str | None:
-    import lightning as L
-    from lightning.pytorch.loggers import CSVLogger
     from torch.utils.data import DataLoader
 
+    from twinkle_exp.benchmarks.step import bare_trainer
     from twinkle_exp.tasks.prompt_stream import PromptStream
 
-    trainer = L.Trainer(
-        max_steps=typed.trainer.max_steps,
-        accelerator="cpu",
-        logger=CSVLogger(out, name="", version=""),
-        enable_progress_bar=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        default_root_dir=out,
-    )
+    trainer = bare_trainer(typed.trainer.max_steps, out)
     stream = PromptStream(module.task, typed.rollout.prompts_per_step, seed=typed.seed)
     table = None
     if profile:

@@ -77,11 +77,28 @@ def _policy(case: str, layout):
     return Policy(model.eval(), tokenizer)
 
 
+def bare_trainer(max_steps: int, out_dir: str):
+    """A CPU Lightning trainer that logs metrics.csv to `out_dir` and does nothing else a run would: no
+    progress bar, checkpoint, summary or sanity validation, so that only the stages it times run."""
+    import lightning as L
+    from lightning.pytorch.loggers import CSVLogger
+
+    return L.Trainer(
+        max_steps=max_steps,
+        accelerator="cpu",
+        logger=CSVLogger(out_dir, name="", version=""),
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        default_root_dir=out_dir,
+    )
+
+
 def _worker(case: str, rollouts: int, out_dir: str, fused_adamw: bool = False) -> None:
     """One fit of `rollouts` rollouts; metrics.csv lands in `out_dir`."""
-    import lightning as L
     import torch
-    from lightning.pytorch.loggers import CSVLogger
     from torch.utils.data import DataLoader
 
     from twinkle_exp.loss import GRPOLoss
@@ -104,17 +121,7 @@ def _worker(case: str, rollouts: int, out_dir: str, fused_adamw: bool = False) -
         optim=optim,
         trainer=x.TrainerConfig(val_every=10_000, samples_every=10_000),
     )
-    trainer = L.Trainer(
-        max_steps=rollouts * optim.mu * optim.num_minibatches,
-        accelerator="cpu",
-        logger=CSVLogger(out_dir, name="", version=""),
-        enable_progress_bar=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        default_root_dir=out_dir,
-    )
+    trainer = bare_trainer(rollouts * optim.mu * optim.num_minibatches, out_dir)
     trainer.fit(module, DataLoader(x.PromptStream(module.task, 8, seed=0), batch_size=None))
     for logger in trainer.loggers:
         logger.save()
