@@ -1,20 +1,30 @@
 """Seconds per rollout of the RL step, split as the trainer logs it: rollout, reference pass, update.
 
-    python -m twinkle_exp.benchmarks.step [--rollouts 12] [--repeats 3] [--against PATH] [--fused-adamw]
+    python -m twinkle_exp.benchmarks.step [--rollouts 12] [--repeats 3] [--against PATH]
+        [--variants default,fused_adamw,compile]
 
-The setting: 2-digit addition, 8 prompts x 8 samples, 4 new tokens, beta 0.04, mu 2, one minibatch, on the
-built-in policy (default size) and on a small random Qwen2 (hidden 128, 4 layers, character vocabulary;
-needs `transformers`). Each repeat of a case is its own process: a Lightning fit of `--rollouts` rollouts
-whose first 2 are dropped as warm-up; a figure is the median over the kept rollouts of every repeat of
-`time/{rollout,reference,update}_s` from its metrics.csv. `--against PATH` runs the same cases on another
-checkout's code (e.g. `git worktree add /tmp/before <commit>`), side by side in the same invocation. The
-machine's load average is printed before and after; on a busy machine the figures are marked as such.
+The setting: 2-digit addition prompts, 8 prompts x 8 samples, 4 new tokens, beta 0.04, mu 2, one minibatch,
+on the built-in policy (default size) and on a small random Qwen2 (hidden 128, 4 layers, character
+vocabulary; needs `transformers`). The reward is the share of digits in a completion, so that a random
+policy's groups differ and every update has a gradient: with exact-match rewards a random policy scores 0
+everywhere, every advantage is 0, the policy stays equal to the reference (no KL gradient either), and the
+update would time AdamW on all-zero gradients (torch's CPU `sqrt` of 0 is about 20x slower than of a normal
+number). Each repeat of a case is its own process: a Lightning fit of `--rollouts` rollouts whose first 2
+are dropped as warm-up; a figure is the median over the kept rollouts of every repeat of
+`time/{rollout,reference,update}_s` from its metrics.csv. `weights` is a fingerprint of the weights after
+the fit: two rows that compute the same thing bit for bit show the same one. `--against PATH` runs the same
+cases on another checkout's code (e.g. `git worktree add /tmp/before <commit>`), side by side in the same
+invocation. `--variants` adds rows of this checkout with opt-in settings: `fused_adamw`
+(`optim.fused_adamw=true`) and `compile` (each layer of the policy under `torch.compile(dynamic=True)`,
+compiled during the dropped warm-up rollouts). The machine's load average is printed before and after; on
+a busy machine the figures are marked as such.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import os
 import statistics
@@ -24,6 +34,7 @@ import tempfile
 from pathlib import Path
 
 CASES = ("tiny", "hf")
+VARIANTS = ("default", "fused_adamw", "compile")
 STAGES = ("time/rollout_s", "time/reference_s", "time/update_s")
 WARMUP_ROLLOUTS = 2
 HERE = Path(__file__).resolve().parents[2]  # this checkout's root
@@ -96,25 +107,49 @@ def bare_trainer(max_steps: int, out_dir: str):
     )
 
 
-def _worker(case: str, rollouts: int, out_dir: str, fused_adamw: bool = False) -> None:
-    """One fit of `rollouts` rollouts; metrics.csv lands in `out_dir`."""
+def digit_share(prompts: list[str], completions: list[str], answers: list[str]) -> list[float]:
+    """The share of a completion's characters that are digits: a reward on which a random policy's samples
+    differ, so that the benchmark's updates have gradients."""
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+
+
+def _layers(model):
+    """The policy's repeated layers: the built-in policy's blocks, or a Hugging Face model's decoder layers."""
+    return model.blocks if hasattr(model, "blocks") else model.model.layers
+
+
+def weights_fingerprint(model) -> str:
+    """The first 10 hex digits of a hash of every parameter's bytes, in name order."""
+    digest = hashlib.sha256()
+    for name, p in sorted(model.named_parameters()):
+        digest.update(name.encode())
+        digest.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:10]
+
+
+def _worker(case: str, rollouts: int, out_dir: str, variant: str = "default", callbacks=()) -> None:
+    """One fit of `rollouts` rollouts; metrics.csv lands in `out_dir`. `callbacks`: Lightning callbacks
+    added to the fit (the profiler's)."""
     import torch
     from torch.utils.data import DataLoader
 
     from twinkle_exp.loss import GRPOLoss
-    from twinkle_exp.rewards import RewardFunction, RewardSet, exact_match
+    from twinkle_exp.rewards import RewardFunction, RewardSet
     from twinkle_exp.tasks import AdditionTask
 
     x = _layout()
     torch.manual_seed(0)
     policy = _policy(case, x)
+    if variant == "compile":
+        for layer in _layers(policy.model):
+            layer.compile(dynamic=True)
     # Only this layout has the option; an older checkout runs its own (the default) optimizer.
-    extra = {"fused_adamw": True} if fused_adamw else {}
+    extra = {"fused_adamw": True} if variant == "fused_adamw" else {}
     optim = x.OptimConfig(lr=1e-5, mu=2, num_minibatches=1, **extra)
     module = x.PolicyModule(
         policy,
         AdditionTask(min_digits=2, max_digits=2, num_validation=16),
-        RewardSet([RewardFunction("exact", exact_match)]),
+        RewardSet([RewardFunction("digits", digit_share)], truncated_max=None),
         GRPOLoss(beta=0.04),
         rollout=x.RolloutConfig(prompts_per_step=8, group_size=8, max_new_tokens=4),
         advantage=x.AdvantageConfig(),
@@ -122,11 +157,13 @@ def _worker(case: str, rollouts: int, out_dir: str, fused_adamw: bool = False) -
         trainer=x.TrainerConfig(val_every=10_000, samples_every=10_000),
     )
     trainer = bare_trainer(rollouts * optim.mu * optim.num_minibatches, out_dir)
+    trainer.callbacks.extend(callbacks)
     trainer.fit(module, DataLoader(x.PromptStream(module.task, 8, seed=0), batch_size=None))
     for logger in trainer.loggers:
         logger.save()
     params = sum(p.numel() for p in policy.model.parameters())
-    Path(out_dir, "params.json").write_text(json.dumps({"params": params}))
+    summary = {"params": params, "weights": weights_fingerprint(policy.model)}
+    Path(out_dir, "params.json").write_text(json.dumps(summary))
 
 
 def _import_from(tree: str) -> None:
@@ -143,20 +180,28 @@ def _import_from(tree: str) -> None:
 
 
 def _run_case(
-    case: str, rollouts: int, tree: str | None, fused_adamw: bool = False
-) -> tuple[dict[str, list[float]], int]:
+    case: str, rollouts: int, tree: str | None, variant: str = "default"
+) -> tuple[dict[str, list[float]], dict]:
     tree = tree or str(HERE)
     with tempfile.TemporaryDirectory() as out:
         # Run this file, not the module: the other checkout need not have it.
         cmd = [sys.executable, __file__, "--worker", case, "--rollouts", str(rollouts), "--out", out]
-        cmd += ["--tree", tree] + (["--fused-adamw"] if fused_adamw else [])
+        cmd += ["--tree", tree, "--variant", variant]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(f"{case} ({tree}) failed:\n{proc.stderr[-3000:]}")
         with open(Path(out, "metrics.csv")) as f:
             rows = [r for r in csv.DictReader(f) if r.get(STAGES[0])][WARMUP_ROLLOUTS:]
-        params = json.loads(Path(out, "params.json").read_text())["params"]
-    return {stage: [float(r[stage]) for r in rows] for stage in STAGES}, params
+        summary = json.loads(Path(out, "params.json").read_text())
+    return {stage: [float(r[stage]) for r in rows] for stage in STAGES}, summary
+
+
+def _variants(text: str, parser: argparse.ArgumentParser) -> list[str]:
+    names = [v for v in text.split(",") if v]
+    unknown = [v for v in names if v not in VARIANTS]
+    if unknown or not names:
+        parser.error(f"--variants: {','.join(unknown) or 'none given'}; choose from {','.join(VARIANTS)}")
+    return names
 
 
 def main() -> None:
@@ -168,16 +213,23 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--against", default=None, help="another checkout's root, measured side by side")
     parser.add_argument(
-        "--fused-adamw", action="store_true", help="this checkout with optim.fused_adamw=true"
+        "--variants", default="default", help=f"this checkout's rows, of {','.join(VARIANTS)}"
     )
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--variant", default="default", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--tree", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         _import_from(args.tree)
-        _worker(args.worker, args.rollouts, args.out, args.fused_adamw)
+        _worker(args.worker, args.rollouts, args.out, args.variant)
         return
+    rows = [
+        (f"this checkout {v}" if v != "default" else "this checkout", None, v)
+        for v in _variants(args.variants, parser)
+    ]
+    if args.against:
+        rows.append((f"against {args.against}", args.against, "default"))
 
     cpus = os.cpu_count() or 1
     load_before = os.getloadavg()
@@ -185,25 +237,29 @@ def main() -> None:
         f"load average before: {load_before[0]:.2f} ({cpus} CPUs); torch threads: OMP_NUM_THREADS="
         f"{os.environ.get('OMP_NUM_THREADS', 'unset')}"
     )
-    here = "this checkout" + (" fused_adamw" if args.fused_adamw else "")
-    trees = [(here, None)] + ([(f"against {args.against}", args.against)] if args.against else [])
     print(
-        f"{'case':<6} {'code':<28} {'params':>8} {'rollout s':>10} {'reference s':>12} {'update s':>9} {'total s':>8}"
+        f"{'case':<6} {'code':<30} {'params':>8} {'rollout s':>10} {'reference s':>12} {'update s':>9} "
+        f"{'total s':>8} {'x against':>9}  weights"
     )
     for case in args.cases.split(","):
-        pooled = {label: {stage: [] for stage in STAGES} for label, _ in trees}
-        params = {}
-        # The checkouts take turns, repeat by repeat, so that a change in the machine's load falls on both.
+        pooled = {label: {stage: [] for stage in STAGES} for label, _, _ in rows}
+        summary = {}
+        # The rows take turns, repeat by repeat, so that a change in the machine's load falls on all of them.
         for _ in range(args.repeats):
-            for label, tree in trees:
-                times, params[label] = _run_case(case, args.rollouts, tree, args.fused_adamw and tree is None)
+            for label, tree, variant in rows:
+                times, summary[label] = _run_case(case, args.rollouts, tree, variant)
                 for stage in STAGES:
                     pooled[label][stage] += times[stage]
-        for label, _ in trees:
-            medians = [statistics.median(pooled[label][stage]) for stage in STAGES]
+        medians = {
+            label: [statistics.median(pooled[label][stage]) for stage in STAGES] for label, _, _ in rows
+        }
+        reference = sum(medians[rows[-1][0]]) if args.against else None
+        for label, _, _ in rows:
+            m, total = medians[label], sum(medians[label])
+            ratio = f"{total / reference:.2f}" if reference else "-"
             print(
-                f"{case:<6} {label[:28]:<28} {params[label]:>8} {medians[0]:>10.4f} {medians[1]:>12.4f} "
-                f"{medians[2]:>9.4f} {sum(medians):>8.4f}"
+                f"{case:<6} {label[:30]:<30} {summary[label]['params']:>8} {m[0]:>10.4f} {m[1]:>12.4f} "
+                f"{m[2]:>9.4f} {total:>8.4f} {ratio:>9}  {summary[label]['weights']}"
             )
     load_after = os.getloadavg()
     busy = max(load_before[0], load_after[0]) > 0.5 * cpus
