@@ -11,13 +11,15 @@ everywhere, every advantage is 0, the policy stays equal to the reference (no KL
 update would time AdamW on all-zero gradients (torch's CPU `sqrt` of 0 is about 20x slower than of a normal
 number). Each repeat of a case is its own process: a Lightning fit of `--rollouts` rollouts whose first 2
 are dropped as warm-up; a figure is the median over the kept rollouts of every repeat of
-`time/{rollout,reference,update}_s` from its metrics.csv. `weights` is a fingerprint of the weights after
-the fit: two rows that compute the same thing bit for bit show the same one. `--against PATH` runs the same
-cases on another checkout's code (e.g. `git worktree add /tmp/before <commit>`), side by side in the same
-invocation. `--variants` adds rows of this checkout with opt-in settings: `fused_adamw`
-(`optim.fused_adamw=true`) and `compile` (each layer of the policy under `torch.compile(dynamic=True)`,
-compiled during the dropped warm-up rollouts). The machine's load average is printed before and after; on
-a busy machine the figures are marked as such.
+`time/{rollout,reference,update}_s` from its metrics.csv, and `warm-up s` the median over repeats of the
+dropped rollouts' seconds (where a compile shows). `weights` is a fingerprint of the weights after the fit,
+one per distinct result over the repeats: rows that compute the same thing bit for bit show the same one.
+`--against PATH` runs the same cases on another checkout's code (e.g. `git worktree add /tmp/before
+<commit>`), side by side in the same invocation, and `x against` is each row's total over its total.
+`--variants` adds rows of this checkout with opt-in settings: `fused_adamw` (`optim.fused_adamw=true`) and
+`compile` (each layer of the policy under `torch.compile(dynamic=True)`, compiled in the warm-up
+rollouts). The machine's load average is printed before and after; the figures are marked busy when it
+exceeded the benchmark's own process plus half of the other CPUs.
 """
 
 from __future__ import annotations
@@ -191,9 +193,12 @@ def _run_case(
         if proc.returncode != 0:
             raise SystemExit(f"{case} ({tree}) failed:\n{proc.stderr[-3000:]}")
         with open(Path(out, "metrics.csv")) as f:
-            rows = [r for r in csv.DictReader(f) if r.get(STAGES[0])][WARMUP_ROLLOUTS:]
+            rows = [r for r in csv.DictReader(f) if r.get(STAGES[0])]
         summary = json.loads(Path(out, "params.json").read_text())
-    return {stage: [float(r[stage]) for r in rows] for stage in STAGES}, summary
+    # The dropped rollouts' seconds: where a compile (or any other one-off start-up cost) shows.
+    summary["warmup"] = sum(float(r[stage]) for r in rows[:WARMUP_ROLLOUTS] for stage in STAGES)
+    kept = rows[WARMUP_ROLLOUTS:]
+    return {stage: [float(r[stage]) for r in kept] for stage in STAGES}, summary
 
 
 def _variants(text: str, parser: argparse.ArgumentParser) -> list[str]:
@@ -239,17 +244,22 @@ def main() -> None:
     )
     print(
         f"{'case':<6} {'code':<30} {'params':>8} {'rollout s':>10} {'reference s':>12} {'update s':>9} "
-        f"{'total s':>8} {'x against':>9}  weights"
+        f"{'total s':>8} {'x against':>9} {'warm-up s':>9}  weights"
     )
     for case in args.cases.split(","):
         pooled = {label: {stage: [] for stage in STAGES} for label, _, _ in rows}
-        summary = {}
+        warmup = {label: [] for label, _, _ in rows}
+        weights = {label: set() for label, _, _ in rows}
+        params = {}
         # The rows take turns, repeat by repeat, so that a change in the machine's load falls on all of them.
         for _ in range(args.repeats):
             for label, tree, variant in rows:
-                times, summary[label] = _run_case(case, args.rollouts, tree, variant)
+                times, summary = _run_case(case, args.rollouts, tree, variant)
                 for stage in STAGES:
                     pooled[label][stage] += times[stage]
+                warmup[label].append(summary["warmup"])
+                weights[label].add(summary["weights"])
+                params[label] = summary["params"]
         medians = {
             label: [statistics.median(pooled[label][stage]) for stage in STAGES] for label, _, _ in rows
         }
@@ -257,12 +267,15 @@ def main() -> None:
         for label, _, _ in rows:
             m, total = medians[label], sum(medians[label])
             ratio = f"{total / reference:.2f}" if reference else "-"
+            # One fingerprint: every repeat ended on the same weights, bit for bit.
             print(
-                f"{case:<6} {label[:30]:<30} {summary[label]['params']:>8} {m[0]:>10.4f} {m[1]:>12.4f} "
-                f"{m[2]:>9.4f} {total:>8.4f} {ratio:>9}  {summary[label]['weights']}"
+                f"{case:<6} {label[:30]:<30} {params[label]:>8} {m[0]:>10.4f} {m[1]:>12.4f} "
+                f"{m[2]:>9.4f} {total:>8.4f} {ratio:>9} {statistics.median(warmup[label]):>9.2f}  "
+                f"{'/'.join(sorted(weights[label]))}"
             )
     load_after = os.getloadavg()
-    busy = max(load_before[0], load_after[0]) > 0.5 * cpus
+    # This benchmark's own process is one runnable thread: busy means more than half of the other CPUs too.
+    busy = max(load_before[0], load_after[0]) > 1 + 0.5 * (cpus - 1)
     print(
         f"load average after: {load_after[0]:.2f}"
         + ("  BUSY MACHINE: these figures are not claims" if busy else "")
