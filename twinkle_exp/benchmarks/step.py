@@ -12,7 +12,8 @@ update would time AdamW on all-zero gradients (torch's CPU `sqrt` of 0 is about 
 number). Each repeat of a case is its own process: a Lightning fit of `--rollouts` rollouts whose first 2
 are dropped as warm-up; a figure is the median over the kept rollouts of every repeat of
 `time/{rollout,reference,update}_s` from its metrics.csv, and `warm-up s` the median over repeats of the
-dropped rollouts' seconds (where a compile shows). `weights` is a fingerprint of the weights after the fit,
+dropped rollouts' seconds (where a compile shows). `processes s` is the range of the repeats' own median
+totals: on a shared machine whole processes run faster or slower than others of the same code. `weights` is a fingerprint of the weights after the fit,
 one per distinct result over the repeats: rows that compute the same thing bit for bit show the same one.
 `--against PATH` runs the same cases on another checkout's code (e.g. `git worktree add /tmp/before
 <commit>`), side by side in the same invocation, and `x against` is each row's total over its total.
@@ -244,11 +245,12 @@ def main() -> None:
     )
     print(
         f"{'case':<6} {'code':<30} {'params':>8} {'rollout s':>10} {'reference s':>12} {'update s':>9} "
-        f"{'total s':>8} {'x against':>9} {'warm-up s':>9}  weights"
+        f"{'total s':>8} {'processes s':>14} {'x against':>9} {'warm-up s':>9}  weights"
     )
     for case in args.cases.split(","):
         pooled = {label: {stage: [] for stage in STAGES} for label, _, _ in rows}
         warmup = {label: [] for label, _, _ in rows}
+        per_process = {label: [] for label, _, _ in rows}  # each process's median total
         weights = {label: set() for label, _, _ in rows}
         params = {}
         # The rows take turns, repeat by repeat, so that a change in the machine's load falls on all of them.
@@ -258,6 +260,7 @@ def main() -> None:
                 for stage in STAGES:
                     pooled[label][stage] += times[stage]
                 warmup[label].append(summary["warmup"])
+                per_process[label].append(statistics.median(map(sum, zip(*times.values(), strict=True))))
                 weights[label].add(summary["weights"])
                 params[label] = summary["params"]
         medians = {
@@ -270,7 +273,8 @@ def main() -> None:
             # One fingerprint: every repeat ended on the same weights, bit for bit.
             print(
                 f"{case:<6} {label[:30]:<30} {params[label]:>8} {m[0]:>10.4f} {m[1]:>12.4f} "
-                f"{m[2]:>9.4f} {total:>8.4f} {ratio:>9} {statistics.median(warmup[label]):>9.2f}  "
+                f"{m[2]:>9.4f} {total:>8.4f} {min(per_process[label]):>7.4f}-{max(per_process[label]):.4f} "
+                f"{ratio:>9} {statistics.median(warmup[label]):>9.2f}  "
                 f"{'/'.join(sorted(weights[label]))}"
             )
     load_after = os.getloadavg()
