@@ -1,8 +1,8 @@
 """The update's AdamW: torch's per-parameter loop, or (`optim.fused_adamw`) its fused kernel.
 
-On CPU the loop runs about ten tensor ops per parameter, each dispatched from Python: on the step
-benchmark's small models that is 10-15% of an update's CPU time. The fused kernel does the same
-arithmetic in one pass per parameter, but rounds differently (weights differ by ~1e-8 after 30 steps
+On CPU the loop runs about ten tensor ops per parameter, each dispatched from Python; the fused kernel
+does the same arithmetic in one pass per parameter (what that buys:
+docs/performance.md, "Seconds per RL step"), but rounds differently (weights differ by ~1e-8 after 30 steps
 on the built-in policy), and over a run that moves the figures: the default run's final greedy accuracy
 was 76.6% with it, 75.4% without. So it is opt-in, and the default stays bitwise what it was.
 """
