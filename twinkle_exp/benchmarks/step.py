@@ -122,7 +122,10 @@ def _layers(model):
 
 
 def weights_fingerprint(model) -> str:
-    """The first 10 hex digits of a hash of every parameter's bytes, in name order."""
+    """The first 10 hex digits of a hash of every parameter's bytes, in name order.
+
+    Not `lifecycle.checkpoints.weights_digest`: the worker imports the other checkout's package, and the
+    rows are comparable only if this file hashes every checkout's weights the same way."""
     digest = hashlib.sha256()
     for name, p in sorted(model.named_parameters()):
         digest.update(name.encode())
