@@ -4,7 +4,8 @@
         [--rollouts 22] [--top 15]
 
 One fit of `benchmarks.step`'s setting in this process: after the two warm-up rollouts (as in the
-benchmark), half of the rest run plain and are timed, the other half run under `torch.profiler`. It prints
+benchmark), half of the rest run plain and are timed, the other half run under `torch.profiler`, and one
+last rollout, untimed, holds the fit's final validation. It prints
 the wall seconds per plain rollout and per profiled one (the difference is the profiler's own cost), the
 seconds per rollout that torch's operators spent in their own code ("aten" self time: the kernels and
 their dispatch, which still carries some of the profiler's cost), that as a share of the plain rollout's
@@ -43,9 +44,9 @@ def _callback(plain: int, profiled: int, report):
                 self.prof = profile(activities=[ProfilerActivity.CPU])
                 self.prof.__enter__()
                 self.start = time.perf_counter()
-
-        def on_train_end(self, trainer, module):
-            if self.prof is not None:
+            if (
+                batch_idx == switch + profiled
+            ):  # the unmeasured last rollout, which holds the final validation
                 wall = time.perf_counter() - self.start
                 self.prof.__exit__(None, None, None)
                 report(self.prof, self.plain_wall / plain, wall / profiled, profiled)
@@ -90,8 +91,9 @@ def main() -> None:
         )
     half = (args.rollouts - step.WARMUP_ROLLOUTS) // 2
     callback = _callback(half, half, lambda *figures: _report(*figures, args.top))
-    # Only whole halves run: an odd rollout left over is not run at all.
-    args.rollouts = step.WARMUP_ROLLOUTS + 2 * half
+    # Only whole halves run (an odd rollout left over is not run), and one more at the end that neither half
+    # times: the fit's final validation runs inside its last training step.
+    args.rollouts = step.WARMUP_ROLLOUTS + 2 * half + 1
     with tempfile.TemporaryDirectory() as out:
         step._worker(args.case, args.rollouts, out, args.variant, callbacks=[callback])
 
