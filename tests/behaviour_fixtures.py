@@ -1,0 +1,95 @@
+"""The behaviour fixtures of tests/test_behaviour_fixtures.py: reading, comparing and (run as a script)
+re-recording them on this machine."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+FIXTURES = Path(__file__).parent / "fixtures" / "behaviour"
+LOSSES = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "loss").glob("*.yaml"))
+
+
+def machine() -> dict:
+    """The CPU model, its vector-instruction flags and torch's version: what the floats depend on."""
+    import torch
+
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = re.search(r"model name\s*:\s*(.*)", info)
+    flags = re.search(r"flags\s*:\s*(.*)", info)
+    isa = sorted(
+        f for f in (flags.group(1).split() if flags else []) if f.startswith(("avx", "fma", "amx", "sse4"))
+    )
+    return {
+        "cpu": model.group(1).strip() if model else platform.processor(),
+        "isa": isa,
+        "torch": torch.__version__,
+    }
+
+
+def machine_mismatch() -> str | None:
+    recorded = json.loads((FIXTURES / "machine.json").read_text())
+    here = machine()
+    diff = [f"{k}: {recorded[k]!r} there, {here[k]!r} here" for k in here if recorded.get(k) != here[k]]
+    return "; ".join(diff) or None
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    """metrics.csv's rows without empty cells and without the wall-clock columns (time/*)."""
+    with open(path, newline="") as f:
+        return [
+            {k: v for k, v in r.items() if v != "" and not k.startswith("time/")} for r in csv.DictReader(f)
+        ]
+
+
+def fixture_rows(name: str) -> list[dict[str, str]]:
+    return _rows(FIXTURES / name)
+
+
+def run_rows(overrides: list[str], cwd: Path, env: dict, timeout: float = 600) -> list[dict[str, str]]:
+    """Run `python -m twinkle_exp logger=csv *overrides` at one thread in `cwd`; its metrics.csv rows."""
+    run_dir = cwd / "run"
+    env = dict(env, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "twinkle_exp", "logger=csv", *overrides, f"hydra.run.dir={run_dir}"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
+    return _rows(run_dir / "metrics.csv")
+
+
+def record() -> None:
+    """Re-record every fixture on this machine (one thread), with the machine it was recorded on."""
+    import shutil
+    import tempfile
+
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")
+    with tempfile.TemporaryDirectory() as tmp:
+        env["TWINKLE_CACHE"] = str(Path(tmp) / "cache")
+        for name, overrides in [(f"fast_{loss}.csv", ["debug=fast", f"loss={loss}"]) for loss in LOSSES] + [
+            ("default.csv", ["trainer.enable_progress_bar=false"])
+        ]:
+            cwd = Path(tempfile.mkdtemp(dir=tmp))
+            run_rows(overrides, cwd, env, timeout=1800)
+            shutil.copy(cwd / "run" / "metrics.csv", FIXTURES / name)
+            print("recorded", name)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    (FIXTURES / "machine.json").write_text(
+        json.dumps({**machine(), "threads": 1, "recorded_at": commit}, indent=1)
+    )
+
+
+if __name__ == "__main__":
+    record()

@@ -1,0 +1,36 @@
+"""Refactors keep behaviour: seed-0 metrics.csv of `debug=fast` for every loss, and of the default run, equal
+the rows recorded at 2d44b2d (tests/fixtures/behaviour/), value for value.
+
+Floats move with the CPU's instruction set and the thread count, so the comparison holds on the machine kind
+the fixtures were recorded on (`machine.json`: CPU model, ISA flags, torch) at one thread, and is skipped,
+saying so, elsewhere. A change that is meant to alter a run's figures re-records them:
+`python tests/behaviour_fixtures.py` (and says why in its commit).
+"""
+
+from __future__ import annotations
+
+import pytest
+from behaviour_fixtures import FIXTURES, LOSSES, fixture_rows, machine_mismatch, run_rows
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def same_machine():
+    why = machine_mismatch()
+    if why:
+        pytest.skip(f"fixtures recorded on another machine kind ({why}): floats would differ")
+
+
+def test_every_registered_loss_has_a_fixture():
+    assert {p.stem.removeprefix("fast_") for p in FIXTURES.glob("fast_*.csv")} == set(LOSSES)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_debug_fast_metrics_are_unchanged(loss, same_machine, tmp_path, cli_env):
+    assert run_rows(["debug=fast", f"loss={loss}"], tmp_path, cli_env) == fixture_rows(f"fast_{loss}.csv")
+
+
+def test_default_run_metrics_are_unchanged(same_machine, tmp_path, cli_env):
+    rows = run_rows(["trainer.enable_progress_bar=false"], tmp_path, cli_env, timeout=900)
+    assert rows == fixture_rows("default.csv")
