@@ -11,13 +11,16 @@ from twinkle_exp.loss.core import LossOutput
 
 @runtime_checkable
 class LossFn(Protocol):
-    """A loss the trainer can optimise: a KL coefficient, and a call on one micro-batch.
+    """A loss the trainer can optimise: what it asks of the trainer, and a call on one micro-batch.
 
-    `beta > 0` makes the trainer build a frozen reference and pass `ref_logps`. The call's sum over the
-    micro-batches of an optimizer step must equal the loss of the whole step, given the step's totals.
+    `beta > 0` makes the trainer build a frozen reference and pass `ref_logps`; `needs_entropy` makes it
+    pass `entropies`, with their gradient when `entropy_grad`. The call's sum over the micro-batches of an
+    optimizer step must equal the loss of the whole step, given the step's totals.
     """
 
     beta: float
+    needs_entropy: bool  # pass `entropies`
+    entropy_grad: bool  # ... with their gradient (an entropy bonus), which only the logits path can give
 
     def __call__(
         self,
@@ -27,6 +30,9 @@ class LossFn(Protocol):
         advantages: torch.Tensor,  # [B] one per sequence, or [B, T]
         old_logps: torch.Tensor | None,  # [B, T] the behaviour policy's; None: on-policy
         ref_logps: torch.Tensor | None,  # [B, T] the reference's; required when beta > 0
+        entropies: torch.Tensor | None = None,  # [B, T] per-token entropy; given when needs_entropy
+        rollout_weights: torch.Tensor
+        | None = None,  # [B, T] a weight on the policy term (rollout correction)
         num_sequences: int | None = None,  # the optimizer step's totals, over micro-batches and ranks
         num_tokens: int | None = None,
     ) -> LossOutput: ...

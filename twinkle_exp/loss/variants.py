@@ -109,6 +109,16 @@ class PolicyGradientLoss:
         return {}
 
     @property
+    def needs_entropy(self) -> bool:
+        """Whether the call needs `entropies` (or logits to compute them): an entropy switch is on."""
+        return self.top_entropy_quantile < 1.0 or self.entropy_coef != 0.0
+
+    @property
+    def entropy_grad(self) -> bool:
+        """Whether the entropies need their gradient: an entropy bonus is part of the loss."""
+        return self.entropy_coef != 0.0
+
+    @property
     def spec(self) -> LossSpec:
         return LossSpec(
             importance=self.importance,
@@ -146,7 +156,7 @@ class PolicyGradientLoss:
             num_sequences, num_tokens: the optimizer step's totals when the step is split in micro-batches.
         """
         spec = self.spec
-        batch = prepare_batch(**inputs, entropy_from_logits=spec.needs_entropy)
+        batch = prepare_batch(**inputs, entropy_from_logits=self.needs_entropy)
         return compute_loss(spec, batch, num_sequences=num_sequences, num_tokens=num_tokens)
 
 

@@ -56,11 +56,6 @@ def accumulate_gradients(
     advantages = plan.adv.advantages.tensor_split(ranks)[collectives.rank()].to(device)
     stats = StepMetrics()
     correct = correction is not None and correction.mode != "none"
-    # The entropy switches need the entropies; an entropy bonus also their gradient, which only the logits
-    # path gives (it holds [b, T, V] logits), so it is taken only then.
-    spec = getattr(loss_fn, "spec", None)
-    needs_entropy = bool(getattr(spec, "needs_entropy", False))
-    entropy_grad = getattr(spec, "entropy_coef", 0.0) != 0.0
     for part, prefix in parts:
         logps, entropy = sequence_logps(
             policy,
@@ -70,7 +65,7 @@ def accumulate_gradients(
             b.labels[part],
             temperature=temperature,
             with_entropy=True,
-            entropy_grad=entropy_grad,
+            entropy_grad=loss_fn.entropy_grad,  # only then: it holds [b, T, V] logits
             prefix=prefix,
         )
         # masked_fill, not logps[mask]: boolean indexing would wait for the GPU on every micro-batch.
@@ -93,7 +88,8 @@ def accumulate_gradients(
             advantages=advantages[part],
             old_logps=plan.old_logps[part],
             ref_logps=None if plan.ref_logps is None else plan.ref_logps[part],
-            **_optional(entropies=entropy if needs_entropy else None, rollout_weights=weights),
+            entropies=entropy if loss_fn.needs_entropy else None,
+            rollout_weights=weights,
             **totals,
         )
         guard.watch("loss", out.loss)
@@ -101,8 +97,3 @@ def accumulate_gradients(
         gap = logps.detach() - b.old_logps[part] if sampler_gap else None
         stats.add_micro(out, mask[part], entropy.detach(), gap, weight_metrics)
     return stats
-
-
-def _optional(**inputs: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """The inputs that are given: a `LossFn` of the user's own need not take `entropies` or `rollout_weights`."""
-    return {key: value for key, value in inputs.items() if value is not None}
