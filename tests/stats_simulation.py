@@ -1,7 +1,7 @@
 """Simulations behind the statistics' published figures (coverage, level, power), shared by the
 tests/test_stats_*.py tests and docs/statistics.md.
 
-`python tests/stats_simulation.py` prints every figure docs/statistics.md quotes (about 4 minutes).
+`python tests/stats_simulation.py` prints every figure docs/statistics.md quotes (it runs for a few minutes).
 """
 
 from __future__ import annotations
