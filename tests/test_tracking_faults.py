@@ -89,9 +89,11 @@ class _FakeTrackio(types.ModuleType):
     """Stands in for the trackio package in this process (the real one fixes its data directory when it is
     first imported; test_trackio.py runs it in subprocesses): records what the logger asks of it."""
 
-    def __init__(self, fail: BaseException | None = None) -> None:
+    def __init__(self, fail: BaseException | None = None, runs: tuple[str, ...] = ()) -> None:
         super().__init__("trackio")
         self.fail, self.inits, self.logs, self.finished = fail, [], [], 0
+        names = [types.SimpleNamespace(name=name) for name in runs]
+        self.Api = lambda: types.SimpleNamespace(runs=lambda project: names)
         self.context_vars = types.SimpleNamespace(current_run=contextvars.ContextVar("run", default=None))
         self.Table = lambda columns, data: ("table", columns, data)
 
@@ -129,9 +131,9 @@ def test_trackio_run_is_named_grouped_and_configured_as_the_wandb_run_is(tmp_pat
     [init] = fake.inits
     assert (init["project"], init["name"], init["group"], init["resume"]) == (
         "twinkle_exp",
-        "loss=grpo,seed=0 (abc123)",  # a resumed run has the same wandb id, so the same name
+        "loss=grpo,seed=0 (abc123)",  # the id: run.json's wandb_id, the same for every attempt
         "sweep_1",
-        "allow",
+        "never",  # no run with this id yet
     )
     assert init["config"]["seed"] == 0 and init["config"]["overrides"] == ["loss=grpo", "seed=0"]
     assert init["config"]["tags"] == ["loss:grpo", "mine"] and init["config"]["job_type"] == "train"
@@ -150,8 +152,19 @@ def test_trackio_run_is_named_grouped_and_configured_as_the_wandb_run_is(tmp_pat
     assert _csv_steps(tmp_path) == [3]
 
 
+def test_a_resumed_run_continues_its_trackio_run_found_by_id(tmp_path, monkeypatch):
+    # The first attempt ran with other overrides (a run extended with trainer.max_steps=...): same id.
+    fake = _FakeTrackio(runs=("loss=grpo,seed=0 (ffff0000)", "loss=grpo,trainer.max_steps=4 (abc123)"))
+    monkeypatch.setitem(sys.modules, "trackio", fake)
+    _trackio_loggers(tmp_path)
+    assert (fake.inits[0]["name"], fake.inits[0]["resume"]) == (
+        "loss=grpo,trainer.max_steps=4 (abc123)",
+        "allow",
+    )
+
+
 def test_a_trackio_run_without_an_id_is_never_resumed(tmp_path, monkeypatch):
-    fake = _FakeTrackio()
+    fake = _FakeTrackio(runs=("loss=grpo,seed=0",))
     monkeypatch.setitem(sys.modules, "trackio", fake)
     _trackio_loggers(tmp_path, wandb_id=None)
     assert (fake.inits[0]["name"], fake.inits[0]["resume"]) == ("loss=grpo,seed=0", "never")

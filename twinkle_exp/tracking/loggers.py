@@ -73,13 +73,12 @@ def _wandb_logger(
 def _trackio_logger(
     logger: LoggerConfig, job: JobInfo, group: str | None, tags: list[str], config: dict, run_id: str | None
 ) -> Any:
-    from twinkle_exp.tracking.trackio_logger import TrackioLogger, require_trackio, run_name
+    from twinkle_exp.tracking.trackio_logger import TrackioLogger, require_trackio
 
     require_trackio()
     # Trackio has no tags or job type of its own: they go into the config, where its dashboard shows them.
     config = {**config, "tags": tags, "job_type": logger.job_type}
-    resume = "never" if run_id is None else "allow"  # a resumed run keeps its id, and so its name
-    return TrackioLogger(logger.project, run_name(job.name, run_id), group, config, resume)
+    return TrackioLogger(logger.project, job.name, run_id, group, config)
 
 
 def log_metrics(loggers: list[Any], metrics: dict[str, float], step: int) -> None:

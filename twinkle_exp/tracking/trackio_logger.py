@@ -21,9 +21,21 @@ INSTALL = "pip install 'twinkle_exp[trackio]'"
 
 
 def run_name(job_name: str, run_id: str | None) -> str:
-    """The job's name, made unique by its run id: Trackio continues a run by its name (`resume="allow"`), and
-    the same overrides recur in every sweep of a project."""
+    """The job's name, made unique by its run id (`run.json`'s `wandb_id`): the same overrides recur in every
+    sweep of a project, and Trackio tells runs apart by name."""
     return job_name if run_id is None else f"{job_name} ({run_id})"
+
+
+def existing_run(project: str, run_id: str) -> str | None:
+    """The name of the project's run with this id, if an earlier attempt made one: a resumed run may differ
+    in its overrides (`trainer.max_steps=800` to extend it), so it is found by id, not by its name now."""
+    import trackio
+
+    try:
+        names = [run.name for run in trackio.Api().runs(project)]
+    except ValueError:  # no such project yet
+        return None
+    return next((name for name in names if name.endswith(f" ({run_id})")), None)
 
 
 def require_trackio() -> None:
@@ -40,9 +52,17 @@ class TrackioLogger(FailSafe, Logger):
 
     tool = "trackio"
 
-    def __init__(self, project: str, name: str, group: str | None, config: dict[str, Any], resume: str):
+    def __init__(
+        self, project: str, job_name: str, run_id: str | None, group: str | None, config: dict[str, Any]
+    ):
         super().__init__()
-        self._init = {"project": project, "name": name, "group": group, "config": config, "resume": resume}
+        self._init = {
+            "project": project,
+            "name": run_name(job_name, run_id),
+            "group": group,
+            "config": config,
+        }
+        self._run_id = run_id
         self._run: Any = None
         self.last_step = 0
 
@@ -60,7 +80,10 @@ class TrackioLogger(FailSafe, Logger):
         if self._run is None:
             import trackio
 
-            self._run = trackio.init(**self._init)
+            earlier = self._run_id and existing_run(self._init["project"], self._run_id)
+            if earlier:  # every attempt of a run writes to one Trackio run, under its first name
+                self._init["name"] = earlier
+            self._run = trackio.init(**self._init, resume="allow" if earlier else "never")
         return self._run
 
     @guarded
