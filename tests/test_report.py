@@ -160,8 +160,8 @@ def test_report_numbers_files_and_statuses(sweep: Path, capsys) -> None:
     # grpo: finals 0.6, 0.7 -> 65.0; two seeds: every bootstrap mean lies in 0.6..0.7, each end with
     # probability 1/4, so the 95% percentile interval is [60, 70]. AUC: (5 (0.1+0.4)/2 + 5 (0.4+0.6)/2) / 10
     # = 0.375 and 0.475 -> 42.5 [37.5, 47.5]. Threshold at steps 10 and 5 -> 7.5; KL 0.02, 0.04 -> 0.03.
-    assert rows[GRPO] == [  # AUC first: the headline score; then final accuracy
-        GRPO,
+    assert rows[GRPO_SHORT] == [  # AUC first: the headline score; then final accuracy
+        GRPO_SHORT,
         "2/4",
         "42.5 [37.5, 47.5]",
         "42.5 [37.5, 47.5]",  # IQM = mean with fewer than 4 seeds
@@ -173,14 +173,17 @@ def test_report_numbers_files_and_statuses(sweep: Path, capsys) -> None:
     ]
     # sapo: finals 0.3, 0.55; AUC 2.0/10 = 0.2 and (5 0.15 + 3 0.425)/8 = 0.253125; only seed 1 reaches 0.5,
     # at step 8; beta=0 so no KL.
-    assert rows[SAPO][2:7] == [
+    assert rows[SAPO_SHORT][2:7] == [
         "22.7 [20.0, 25.3]",
         "22.7 [20.0, 25.3]",
         "42.5 [30.0, 55.0]",
         "42.5 [30.0, 55.0]",
         "8.0 (1/2)",
     ]
-    assert rows[SAPO][7:] == ["–", "1 min 00 s"]
+    assert rows[SAPO_SHORT][7:] == ["–", "1 min 00 s"]
+    # The page says it leaves the shared override out of the names: nowhere do the full labels appear.
+    assert GRPO not in text and SAPO not in text
+    assert rows["grpo/seed=0"][1] == GRPO_SHORT
 
     # One pair per score, oriented best first, with 2 vs 2 seeds: never a verdict of "higher".
     pair = f"{GRPO_SHORT} vs {SAPO_SHORT}"
@@ -211,6 +214,7 @@ def test_report_numbers_files_and_statuses(sweep: Path, capsys) -> None:
     assert len(embedded) == 5
     assert base64.b64decode(embedded[0]) == (out / "val_accuracy.png").read_bytes()
     assert "65.0 [60.0, 70.0]" in page and "CUDA out of memory" in page
+    assert GRPO not in page and f"<td>{GRPO_SHORT}</td>" in page
 
     captured = capsys.readouterr()
     assert "65.0 [60.0," in captured.out and str(out / "report.html") in captured.out

@@ -173,6 +173,9 @@ class TrainerConfig:
 @dataclass
 class LoggerConfig:
     wandb: bool = True
+    trackio: bool = (
+        False  # a local Trackio dashboard too (`[trackio]` extra; TRACKIO_DIR: where its files go)
+    )
     project: str = "twinkle_exp"
     entity: str | None = None
     mode: str = param("${oc.env:WANDB_MODE,offline}", one_of(WANDB_MODES))  # offline unless the env says so

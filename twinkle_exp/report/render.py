@@ -71,7 +71,7 @@ def build_blocks(d: ReportData) -> list[Block]:
         blocks.append(
             ("p", f"All variants share {d.shared}; comparisons and plots leave it out of their names.")
         )
-    rows = [variant_row(s, d.scores) for s in d.stats]
+    rows = [variant_row(s, d.scores, d.names.get(s.label)) for s in d.stats]
     blocks += [("table", variant_headers(d.threshold, d.scores), rows), ("ul", list(METHOD_NOTES))]
     for score in d.scores:
         chosen = [c for c in d.comparisons if c.score == score]
@@ -92,7 +92,10 @@ def build_blocks(d: ReportData) -> list[Block]:
         blocks.append(
             ("p", f"{title}: skipped, no run logged {key}.") if path is None else ("img", title, path)
         )
-    blocks += [("h2", "Jobs"), ("table", JOB_HEADERS, [job_row(r) for s in d.stats for r in s.runs])]
+    blocks += [
+        ("h2", "Jobs"),
+        ("table", JOB_HEADERS, [job_row(r, d.names.get(s.label)) for s in d.stats for r in s.runs]),
+    ]
     return blocks
 
 

@@ -81,7 +81,8 @@ def plain_config(cfg: Any) -> dict:
 
 
 def _to_wandb(figures: dict[str, Any], loggers: list[Any]) -> None:
-    """Put `figures` into the run summary of every WandbLogger in `loggers` (global rank 0 only)."""
+    """Put `figures` into the run summary of every WandbLogger in `loggers`, and log them to every logger
+    with a `log_summary` (global rank 0 only)."""
     if not loggers:
         return  # nothing to write to, and no reason to import Lightning
     from lightning.pytorch.loggers import WandbLogger
@@ -92,3 +93,5 @@ def _to_wandb(figures: dict[str, Any], loggers: list[Any]) -> None:
     for logger in loggers:
         if isinstance(logger, WandbLogger):
             logger.experiment.summary.update(figures)
+        elif hasattr(logger, "log_summary"):  # Trackio's (tracking.trackio_logger), which has no run summary
+            logger.log_summary(figures)

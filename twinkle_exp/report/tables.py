@@ -149,11 +149,12 @@ STATUS_ORDER = ("finished", "running", "failed", "not started")
 JOB_HEADERS = ["job", "variant", "seed", "status", "wall time", "error"]
 
 
-def job_row(run: Run) -> list[str]:
-    """One job under JOB_HEADERS, its error cut to one line of at most 300 characters."""
+def job_row(run: Run, variant: str | None = None) -> list[str]:
+    """One job under JOB_HEADERS, its error cut to one line of at most 300 characters; `variant` replaces
+    the run's variant label (shared overrides left out)."""
     seed = NONE if run.seed is None else str(run.seed)
     error = " ".join(run.error.split())[:300] if run.error else ""  # one line, bounded: tracebacks are long
-    return [run.name, run.variant, seed, run.status, format_duration(run.wall_time_s), error]
+    return [run.name, variant or run.variant, seed, run.status, format_duration(run.wall_time_s), error]
 
 
 def problem_items(runs: list[Run]) -> list[str]:

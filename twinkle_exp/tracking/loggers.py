@@ -1,4 +1,5 @@
-"""The run's loggers: metrics.csv always, wandb (offline by default) unless disabled, and how to write to them."""
+"""The run's loggers: metrics.csv always, wandb (offline by default) unless disabled, Trackio when asked, and
+how to write to them."""
 
 from __future__ import annotations
 
@@ -15,23 +16,37 @@ from twinkle_exp.tracking.run_json import JobInfo, git_commit
 def build_loggers(
     cfg: DictConfig, logger: LoggerConfig, sweep_name: str | None, job: JobInfo, wandb_id: str | None = None
 ) -> list[Any]:
-    """CSV always; wandb when `logger.wandb`, with the resolved `cfg` (and the git commit) as its config.
+    """CSV always; wandb when `logger.wandb` and Trackio when `logger.trackio`, each with the resolved `cfg`
+    (and the git commit) as its config, the sweep as its group and the job's overrides as its name.
 
-    `wandb_id`: the wandb run to write to (a resumed run continues its own); wandb failing to start is a
-    warning, and the run goes on with the CSV alone.
+    `wandb_id`: the run to write to (a resumed run continues its own; Trackio's run is named after it too).
+    A dashboard failing to start is a warning, and the run goes on without it; a missing trackio package
+    refuses the run (UserError).
     """
     from twinkle_exp.tracking.metrics_file import MetricsCSVLogger
-    from twinkle_exp.tracking.safe_wandb import SafeWandbLogger
 
     loggers: list[Any] = [MetricsCSVLogger(job.output_dir)]
-    if not logger.wandb:
+    if not (logger.wandb or logger.trackio):
         return loggers
     group = sweep_name or (Path(job.sweep_dir).name if job.multirun and job.sweep_dir else None)
     tags = [f"{k}:{v}" for k, v in sorted(job.choices.items())] + list(logger.tags)
     config = OmegaConf.to_container(cfg, resolve=True)
     config["git_commit"] = git_commit()
     config["overrides"] = job.overrides
+    dashboards = []  # neither starts anything until start(): a missing trackio refuses the run before wandb
+    if logger.wandb:
+        dashboards.append(_wandb_logger(logger, job, group, tags, config, wandb_id))
+    if logger.trackio:
+        dashboards.append(_trackio_logger(logger, job, group, tags, config, wandb_id))
+    return loggers + [d for d in dashboards if d.start()]
+
+
+def _wandb_logger(
+    logger: LoggerConfig, job: JobInfo, group: str | None, tags: list[str], config: dict, wandb_id: str | None
+) -> Any:
     import wandb
+
+    from twinkle_exp.tracking.safe_wandb import SafeWandbLogger
 
     wandb_logger = SafeWandbLogger(
         id=wandb_id,
@@ -52,9 +67,18 @@ def build_loggers(
     )
     # Lightning passes anonymous=None, which wandb warns about on every run ("has no effect").
     wandb_logger._wandb_init.pop("anonymous", None)
-    if wandb_logger.start():
-        loggers.append(wandb_logger)
-    return loggers
+    return wandb_logger
+
+
+def _trackio_logger(
+    logger: LoggerConfig, job: JobInfo, group: str | None, tags: list[str], config: dict, run_id: str | None
+) -> Any:
+    from twinkle_exp.tracking.trackio_logger import TrackioLogger, require_trackio
+
+    require_trackio()
+    # Trackio has no tags or job type of its own: they go into the config, where its dashboard shows them.
+    config = {**config, "tags": tags, "job_type": logger.job_type}
+    return TrackioLogger(logger.project, job.name, run_id, group, config)
 
 
 def log_metrics(loggers: list[Any], metrics: dict[str, float], step: int) -> None:
@@ -68,9 +92,11 @@ def log_metrics(loggers: list[Any], metrics: dict[str, float], step: int) -> Non
 
 
 def log_samples(loggers: list[Any], columns: list[str], rows: list[list[Any]], step: int) -> None:
-    """A table of sample completions, for the loggers that show tables (wandb)."""
+    """A table of sample completions, for the loggers that show tables (wandb, Trackio)."""
     from lightning.pytorch.loggers import WandbLogger
 
+    from twinkle_exp.tracking.trackio_logger import TrackioLogger
+
     for logger in loggers:
-        if isinstance(logger, WandbLogger):
+        if isinstance(logger, (WandbLogger, TrackioLogger)):
             logger.log_table(key=M.SAMPLES_TABLE, columns=columns, data=rows, step=step)
