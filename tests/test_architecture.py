@@ -157,6 +157,35 @@ def test_the_report_reads_runs_through_the_run_directory_contract_alone():
         assert outside <= allowed, f"{path.name} imports {outside - allowed}"
 
 
+# Inside report/, the same rule: what loads runs knows nothing of what summarizes, diagnoses or renders them.
+REPORT_RANKS = {
+    "loading": 0,
+    "statistics": 1,
+    "diagnostics": 2,
+    "rendering": 3,
+    "findings": 4,
+    "pipeline": 5,
+    "run_summary": 5,
+    "__main__": 6,
+    "__init__": 6,
+}
+
+
+@pytest.mark.parametrize(
+    "path", sorted((PACKAGE / "report").rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_the_report_s_parts_import_only_run_down(path):
+    part = _unit_in(path, PACKAGE / "report")
+    inside = {m.split(".")[2] for m in _imports(path) if m.startswith("twinkle_exp.report.")}
+    upward = [m for m in inside if m != part and REPORT_RANKS[m] >= REPORT_RANKS[part]]
+    assert not upward, f"report/{part} imports report/{upward}"
+
+
+def _unit_in(path: Path, package: Path) -> str:
+    rel = path.relative_to(package)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
 @pytest.mark.slow
 # Through metric_names -> loss.metric_keys, whose package __init__ imports torch until the loss branch of
 # issue 28 makes it lazy; the day it does this passes unexpectedly, and the mark goes.

@@ -1,2 +1,2 @@
-"""Tracking: loggers (metrics.csv always, wandb offline by default), progress, the end-of-run summary, and
-`run_json`, the run directory's contract (run.json, job identity, override keys) that the report reads."""
+"""Tracking: loggers (metrics.csv always, wandb offline by default), progress, and `run_json`, the run
+directory's contract (run.json, job identity, override keys) that the report reads."""

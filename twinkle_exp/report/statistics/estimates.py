@@ -1,5 +1,5 @@
 """Interval estimates over seeds, after Agarwal et al. 2021 ("Deep RL at the Edge of the Statistical Precipice"):
-one variant's estimates here, two variants' (P(improvement), difference, tests, power) in `pairwise_stats`.
+one variant's estimates here, two variants' (P(improvement), difference, tests, power) in `pairwise`.
 
 Pure functions of small float arrays (one score per seed). The resampling is scipy's (`scipy.stats.bootstrap`,
 `scipy.stats.permutation_test`), the power calculation scipy's noncentral t; nothing here is hand-rolled

@@ -1,12 +1,12 @@
 """Two variants' scores compared: probability of improvement, difference of means, an exact permutation test,
-and the seeds a t-test would need. Pure functions of `[n_seeds]` arrays; the choices are stated in `stats`."""
+and the seeds a t-test would need. Pure functions of `[n_seeds]` arrays; the choices are stated in `estimates`."""
 
 from __future__ import annotations
 
 import numpy as np
 from scipy import stats
 
-from .stats import (
+from .estimates import (
     ALPHA,
     MAX_SEEDS,
     N_RESAMPLES,
@@ -36,10 +36,17 @@ def mean_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.mean(x, axis=axis) - np.mean(y, axis=axis)
 
 
+def ratio_of_means(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    """mean(x) / mean(y) along `axis`; x `[..., n]`, y `[..., m]`."""
+    return np.mean(x, axis=axis) / np.mean(y, axis=axis)
+
+
 def two_sample_estimate(x: list[float] | np.ndarray, y: list[float] | np.ndarray, statistic) -> Estimate:
     """`statistic(x, y)` with a 95% bootstrap interval, each sample resampled on its own (stratified).
 
-    statistic: `prob_improvement` or `mean_difference` (vectorised over leading resample axes).
+    statistic: `prob_improvement`, `mean_difference` or `ratio_of_means` (vectorised over leading resample
+    axes). With fewer than 2 seeds on a side there is no interval; with every seed equal on both, it is
+    the value itself (every resample is the same).
     """
     x, y = as_scores(x), as_scores(y)
     value = float(statistic(x, y))

@@ -16,14 +16,14 @@ from itertools import combinations
 import numpy as np
 
 from .aggregate import DEFAULT_SCORES, Score, VariantStats
-from .pairwise_stats import (
+from .estimates import ALPHA, MAX_SEEDS, POWER, Estimate
+from .pairwise import (
     mean_difference,
     permutation_p_value,
     prob_improvement,
     seeds_for_power,
     two_sample_estimate,
 )
-from .stats import ALPHA, MAX_SEEDS, POWER, Estimate
 
 HIGHER = "higher"  # the first variant's score is higher, and the tests agree it is a difference
 NOT_DISTINGUISHABLE = "not distinguishable"
