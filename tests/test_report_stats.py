@@ -11,10 +11,10 @@ import pytest
 from twinkle_exp.report.statistics.aggregate import FINAL_ACCURACY
 from twinkle_exp.report.statistics.compare import HIGHER, NO_VERDICT, NOT_DISTINGUISHABLE, compare
 from twinkle_exp.report.statistics.estimates import bootstrap_band, bootstrap_estimate, iqm
+from twinkle_exp.report.statistics.intervals import prob_improvement
 from twinkle_exp.report.statistics.pairwise import (
     mean_difference,
     permutation_p_value,
-    prob_improvement,
     seeds_for_power,
     two_sample_estimate,
 )

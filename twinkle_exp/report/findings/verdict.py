@@ -15,8 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..loading.runs import Run
-from ..statistics.estimates import ALPHA, Estimate, as_scores, percentile_interval
+from ..statistics.estimates import Estimate, percentile_interval
+from ..statistics.intervals import as_scores
 from ..statistics.pairwise import mean_difference, permutation_p_value, ratio_of_means
+from ..statistics.verdicts import ALPHA
 from .claims import Claim, baseline_threshold, steps_to, steps_to_baseline_level
 
 

@@ -8,7 +8,9 @@ from ..diagnostics.sweep import RTOL, DiagnosticResult
 from ..loading.runs import Run
 from ..statistics.aggregate import Score, VariantStats
 from ..statistics.compare import Comparison, difference
-from ..statistics.estimates import CONFIDENCE, MAX_SEEDS, N_RESAMPLES, Estimate
+from ..statistics.estimates import N_RESAMPLES, Estimate
+from ..statistics.intervals import CONFIDENCE
+from ..statistics.power import MAX_SEEDS
 
 NONE = "–"
 METHOD_NOTES = (

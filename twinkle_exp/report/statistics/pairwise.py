@@ -6,29 +6,10 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from .estimates import (
-    ALPHA,
-    MAX_SEEDS,
-    N_RESAMPLES,
-    POWER,
-    RNG_SEED,
-    Estimate,
-    as_scores,
-    percentile_interval,
-)
-
-
-def prob_improvement(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-    """P(X > Y) + P(X = Y) / 2 for one seed of each, over all pairs of seeds (Mann-Whitney's U / (n m)).
-
-    x: `[..., n]`, y: `[..., m]` along `axis` (the leading axes are bootstrap resamples). 0.5 for identical
-    samples, 1 when every seed of x beats every seed of y.
-    """
-    x = np.moveaxis(np.asarray(x, dtype=float), axis, -1)
-    y = np.moveaxis(np.asarray(y, dtype=float), axis, -1)
-    greater = x[..., :, None] > y[..., None, :]
-    equal = x[..., :, None] == y[..., None, :]
-    return np.mean(greater + 0.5 * equal, axis=(-2, -1))
+from .estimates import N_RESAMPLES, RNG_SEED, Estimate, percentile_interval
+from .intervals import as_scores
+from .power import MAX_SEEDS, POWER
+from .verdicts import ALPHA
 
 
 def mean_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from itertools import combinations
 
 from .aggregate import VariantStats
-from .estimates import as_scores
+from .intervals import as_scores
 from .pairwise import permutation_p_value, ratio_of_means, two_sample_estimate
 
 MIN_REACHED = 2
