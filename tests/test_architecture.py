@@ -1,8 +1,13 @@
-"""Imports run one way, from the entry down to the libraries (docs/architecture.md), never up or sideways."""
+"""Imports run one way, from the entry down to the libraries (docs/architecture.md), never up or sideways,
+and no module imports itself back through others. Every import counts: at run time, inside a function, or
+for type hints only (`if TYPE_CHECKING:`): a hint that needs an upward import means the type lives in the
+wrong package."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "twinkle_exp"
 # A unit may import only units of a lower rank; units of the same rank know nothing of each other.
 RANKS = {
     "errors": 0,
+    "logprobs": 0,
     "loss": 1,
     "models": 1,
     "tasks": 1,
@@ -39,24 +45,38 @@ def _unit(path: Path) -> str:
     return rel.parts[0] if len(rel.parts) > 1 else rel.stem
 
 
-def _imports(path: Path) -> set[str]:
-    """The twinkle_exp modules `path` imports at run time (imports under `if TYPE_CHECKING:` excluded)."""
-    tree = ast.parse(path.read_text())
-    guarded = {
-        id(n)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
-        for n in ast.walk(node)
-    }
+def _module(path: Path) -> str:
+    """`twinkle_exp.report.loading.runs` for report/loading/runs.py; a package's name for its __init__."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(name: str) -> bool:
+    """Whether `name` is a module or package of twinkle_exp in this checkout."""
+    where = PACKAGE.parent.joinpath(*name.split("."))
+    return where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()
+
+
+def _imports(path: Path, source: str | None = None) -> set[str]:
+    """The twinkle_exp modules `path` (or `source`, as if it stood at `path`) imports, wherever the import
+    stands (`if TYPE_CHECKING:` included).
+
+    `from a.b import c` imports the module `a.b.c` when there is one, else (a name defined in it) `a.b`;
+    relative imports are resolved against the module's package.
+    """
+    tree = ast.parse(path.read_text() if source is None else source)
+    package = _module(path) if path.name == "__init__.py" else _module(path).rpartition(".")[0]
     found = set()
     for node in ast.walk(tree):
-        if id(node) in guarded:
-            continue
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "twinkle_exp":
-            if node.module == "twinkle_exp":
-                found |= {f"twinkle_exp.{a.name}" for a in node.names}
-            else:
-                found.add(node.module)
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            if base.split(".")[0] != "twinkle_exp":
+                continue
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if _is_module(f"{base}.{alias.name}") else base)
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.split(".")[0] == "twinkle_exp"}
     return found
@@ -79,6 +99,57 @@ def test_imports_only_run_down(path):
     assert not upward, f"{unit} (rank {RANKS[unit]}) imports {upward}"
 
 
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of two or more modules (Tarjan), each sorted, and self-imports."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while not group or group[-1] != node:
+                group.append(stack.pop())
+            if len(group) > 1 or node in graph.get(node, ()):
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(groups)
+
+
+# The loss library's objective table and its pipeline import each other for type hints only; the loss
+# branch of issue 28 removes this circle. Until it lands, it is the one circle allowed, and the test below
+# fails (as an unexpected pass) the day it is gone, so that this exemption goes with it.
+KNOWN_CYCLES = [["twinkle_exp.loss.core", "twinkle_exp.loss.objectives", "twinkle_exp.loss.objectives_zoo"]]
+
+
+def _module_graph() -> dict[str, set[str]]:
+    return {_module(p): {m for m in _imports(p) if m != "twinkle_exp"} for p in MODULES}
+
+
+def test_no_module_imports_itself_back_through_others():
+    cycles = [c for c in _cycles(_module_graph()) if c not in KNOWN_CYCLES]
+    assert not cycles, "import circles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="the loss branch removes the circle core <-> objectives <-> objectives_zoo"
+)
+def test_the_known_loss_circle_is_gone():
+    assert not [c for c in _cycles(_module_graph()) if c in KNOWN_CYCLES]
+
+
 def test_the_report_reads_runs_through_the_run_directory_contract_alone():
     allowed = {"twinkle_exp.tracking.run_json", "twinkle_exp.metric_names"}
     for path in (PACKAGE / "report").rglob("*.py"):
@@ -86,14 +157,72 @@ def test_the_report_reads_runs_through_the_run_directory_contract_alone():
         assert outside <= allowed, f"{path.name} imports {outside - allowed}"
 
 
-def test_the_loss_library_imports_nothing_else_of_twinkle_exp():
+# Inside report/, the same rule: what loads runs knows nothing of what summarizes, diagnoses or renders them.
+REPORT_RANKS = {
+    "loading": 0,
+    "statistics": 1,
+    "diagnostics": 2,
+    "rendering": 3,
+    "findings": 4,
+    "pipeline": 5,
+    "run_summary": 5,
+    "__main__": 6,
+    "__init__": 6,
+}
+
+
+@pytest.mark.parametrize(
+    "path", sorted((PACKAGE / "report").rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_the_report_s_parts_import_only_run_down(path):
+    part = _unit_in(path, PACKAGE / "report")
+    inside = {m.split(".")[2] for m in _imports(path) if m.startswith("twinkle_exp.report.")}
+    upward = [m for m in inside if m != part and REPORT_RANKS[m] >= REPORT_RANKS[part]]
+    assert not upward, f"report/{part} imports report/{upward}"
+
+
+def _unit_in(path: Path, package: Path) -> str:
+    rel = path.relative_to(package)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+@pytest.mark.slow
+# Through metric_names -> loss.metric_keys, whose package __init__ imports torch until the loss branch of
+# issue 28 makes it lazy; the day it does this passes unexpectedly, and the mark goes.
+@pytest.mark.xfail(strict=True, reason="loss/__init__ imports torch until the loss branch lands")
+def test_the_report_imports_neither_torch_nor_lightning():
+    code = "import sys, twinkle_exp.report.__main__; print(sorted({'torch', 'lightning'} & set(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]", proc.stdout
+
+
+def test_the_loss_library_imports_nothing_else_of_twinkle_exp_but_the_log_prob_kernels():
     for path in (PACKAGE / "loss").rglob("*.py"):
-        assert all(m.startswith("twinkle_exp.loss") for m in _imports(path)), path.name
+        assert all(m.startswith(("twinkle_exp.loss", "twinkle_exp.logprobs")) for m in _imports(path)), (
+            path.name
+        )
 
 
-def test_the_checker_sees_an_upward_import(tmp_path):
-    module = tmp_path / "m.py"
-    module.write_text(
-        "from twinkle_exp.training.module import PolicyModule\nif TYPE_CHECKING:\n    import twinkle_exp.run\n"
+def test_the_checker_sees_every_kind_of_import():
+    source = (
+        "from twinkle_exp.training.module import PolicyModule\n"
+        "from twinkle_exp.loss import metric_keys, LOSSES\n"
+        "from . import store\n"
+        "def f():\n    import twinkle_exp.run\n"
+        "if TYPE_CHECKING:\n    from twinkle_exp.config.schema import Config\n"
     )
-    assert _imports(module) == {"twinkle_exp.training.module"}
+    assert _imports(PACKAGE / "config" / "m.py", source) == {
+        "twinkle_exp.training.module",
+        "twinkle_exp.loss.metric_keys",
+        "twinkle_exp.loss",
+        "twinkle_exp.config.store",
+        "twinkle_exp.run",
+        "twinkle_exp.config.schema",
+    }
+
+
+def test_the_cycle_finder_sees_a_circle_and_a_self_import():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert _cycles(graph) == [["a", "b", "c"], ["e"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []

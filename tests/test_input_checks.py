@@ -8,8 +8,8 @@ import pytest
 from gsm8k_helpers import gsm8k_rows, write_jsonl
 from hydra import compose
 
-from twinkle_exp.config import input_checks
 from twinkle_exp.config.checks import config_problems
+from twinkle_exp.config.checks import examples as input_checks
 from twinkle_exp.config.store import register_configs
 from twinkle_exp.models import CharTokenizer
 from twinkle_exp.tasks import Example, GSM8KTask

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.report.checks import CHECKS, run_checks
-from twinkle_exp.report.checks_sweep import identical_variants, sweep_checks
-from twinkle_exp.report.runs import Run
+from twinkle_exp.report.diagnostics.per_run import DIAGNOSTICS, diagnose_run
+from twinkle_exp.report.diagnostics.sweep import diagnose_sweep, identical_variants
+from twinkle_exp.report.loading.runs import Run
 
 STEPS = list(range(4, 401, 4))
 DEFAULT_CONFIG = {
@@ -48,11 +48,11 @@ def default_like(seed: int = 0) -> dict[str, list[tuple[int, float]]]:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_default_like_run_passes_every_check(seed: int) -> None:
-    assert run_checks(default_like(seed), {}, DEFAULT_CONFIG) == []
+    assert diagnose_run(default_like(seed), {}, DEFAULT_CONFIG) == []
 
 
 def fired(metrics, config=DEFAULT_CONFIG, nonfinite=None) -> dict:
-    return {f.check: f for f in run_checks(metrics, nonfinite or {}, config)}
+    return {f.diagnostic: f for f in diagnose_run(metrics, nonfinite or {}, config)}
 
 
 def test_on_policy_from_the_config_and_from_flat_ratios() -> None:
@@ -185,7 +185,7 @@ def test_every_check_has_a_trigger_test_here() -> None:
     tested = {"on_policy", "grad_clip_every_step", "zero_std_groups", "entropy_collapse"}
     tested |= {"high_clip_fraction", "growing_kl", "nonfinite", "truncated_reward_rise"}
     tested |= {"repeated_prompt_reward_rise"}
-    assert tested == set(CHECKS)
+    assert tested == set(DIAGNOSTICS)
 
 
 def make_run(seed: int, metrics: dict, variant: str) -> Run:
@@ -247,7 +247,7 @@ def test_sweep_checks_count_affected_seeds_per_variant() -> None:
         "loss=bnpo": [make_run(0, clipped, "bnpo"), make_run(1, default_like(1), "bnpo")],
         "loss=grpo": [make_run(0, default_like(0), "grpo")],
     }
-    results = {r.check: r for r in sweep_checks(variants)}
+    results = {r.diagnostic: r for r in diagnose_sweep(variants)}
     clip = results["grad_clip_every_step"]
     assert list(clip.variants) == ["loss=bnpo"] and len(clip.variants["loss=bnpo"]) == 1
     assert clip.seeds["loss=bnpo"] == 2 and clip.title == "gradient-norm clipping on every step"

@@ -8,16 +8,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from twinkle_exp.report.aggregate import FINAL_ACCURACY
-from twinkle_exp.report.compare import HIGHER, NO_VERDICT, NOT_DISTINGUISHABLE, compare
-from twinkle_exp.report.pairwise_stats import (
+from twinkle_exp.report.statistics.aggregate import FINAL_ACCURACY
+from twinkle_exp.report.statistics.compare import HIGHER, NO_VERDICT, NOT_DISTINGUISHABLE, compare
+from twinkle_exp.report.statistics.estimates import bootstrap_band, bootstrap_estimate, iqm
+from twinkle_exp.report.statistics.intervals import prob_improvement
+from twinkle_exp.report.statistics.pairwise import (
     mean_difference,
     permutation_p_value,
-    prob_improvement,
     seeds_for_power,
     two_sample_estimate,
 )
-from twinkle_exp.report.stats import bootstrap_band, bootstrap_estimate, iqm
 
 TRUE_MEAN, SPREAD = 0.6, 0.08  # an accuracy of 60% with a seed-to-seed spread of 8 points
 

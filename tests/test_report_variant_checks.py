@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.report.aggregate import DEFAULT_SCORES, summarize
-from twinkle_exp.report.checks_variants import ceiling, scalar_normaliser
-from twinkle_exp.report.findings import CLAIMS, decide
-from twinkle_exp.report.runs import Run
-from twinkle_exp.report.speed import threshold_ratios
+from twinkle_exp.report.diagnostics.variants import ceiling, scalar_normaliser
+from twinkle_exp.report.findings.claims import CLAIMS
+from twinkle_exp.report.findings.verdict import decide
+from twinkle_exp.report.loading.runs import Run
+from twinkle_exp.report.statistics.aggregate import DEFAULT_SCORES, summarize
+from twinkle_exp.report.statistics.speed import threshold_ratios
 
 VAL_STEPS = list(range(0, 401, 40))
 CONFIG = {

@@ -77,13 +77,13 @@ def test_another_experiments_checkpoint_is_refused_naming_the_setting(tmp_path, 
     _checkpoint(tmp_path)
     start = resume.find_start("auto", tmp_path)
     with pytest.raises(ValueError, match=f"resume refused: .*belongs to another experiment \\({key}"):
-        resume.check_config(start, CONFIG | {key: value})
+        resume.check_resume_config(start, CONFIG | {key: value})
 
 
 def test_other_settings_may_change_and_are_listed(tmp_path, caplog):
     _checkpoint(tmp_path)
     start = resume.find_start("auto", tmp_path)
-    resume.check_config(start, CONFIG | {"trainer": {"max_steps": 16}})
+    resume.check_resume_config(start, CONFIG | {"trainer": {"max_steps": 16}})
     assert "trainer.max_steps 8 -> 16" in caplog.text
 
 

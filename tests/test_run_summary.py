@@ -13,7 +13,14 @@ from omegaconf import OmegaConf
 from rich.console import Console
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.report.run_summary import WARNINGS, plain_config, print_warnings, run_figures, summarize_run
+from twinkle_exp.report.run_summary import (
+    WARNINGS,
+    plain_config,
+    print_run_summary,
+    print_warnings,
+    run_figures,
+    summarize_run,
+)
 
 
 def test_run_figures_by_hand() -> None:
@@ -71,6 +78,28 @@ def test_summarize_run_passes_on_data_problems(tmp_path: Path) -> None:
     summary = summarize_run(tmp_path / "metrics.csv", {}, None, loggers=[])
     assert summary[M.SUMMARY_FINAL_ACCURACY] == 0.6
     assert summary[WARNINGS][0]["check"] == "data" and "cut short" in summary[WARNINGS][0]["evidence"]
+
+
+def test_the_summary_prints_its_table_then_its_warnings_once(tmp_path: Path) -> None:
+    rows = [{"step": 0, M.VAL_ACCURACY: 0.25}, {"step": 8, M.VAL_ACCURACY: 0.5}, {"step": 9, M.LOSS: "nan"}]
+    write_csv(tmp_path / "metrics.csv", rows)
+    result = {
+        "accuracy_before": 0.25,
+        "accuracy_after": 0.5,
+        "steps": 8,
+        "rollouts": 2,
+        "wall_time_s": 12.3,
+        "output_dir": str(tmp_path),
+        "metrics_csv": str(tmp_path / "metrics.csv"),
+        "checkpoint": None,
+        "summary": summarize_run(tmp_path / "metrics.csv", {}, 12.3, loggers=[]),
+    }
+    out = io.StringIO()
+    print_run_summary(result, "GRPOLoss()", [], smoke_run=True, console=Console(file=out, width=80))
+    text = out.getvalue()
+    assert text.count("twinkle_exp run") == 1 and text.count("⚠ non-finite values") == 1
+    assert "25.0% (warm-start) -> 50.0% (+25.0%)" in text and "a smoke run" in text
+    assert text.index("metrics (CSV)") < text.index("⚠ non-finite values")  # the table, then the warnings
 
 
 @dataclass

@@ -68,14 +68,14 @@ SUMMARY_ACCURACY_AUC = "summary/accuracy_auc"  # area under val/accuracy over th
 SUMMARY_STEPS_TO_THRESHOLD = "summary/steps_to_threshold"  # first step with val/accuracy >= the threshold
 SUMMARY_THRESHOLD = "summary/threshold"
 SUMMARY_WALL_TIME = "summary/wall_time_s"
-SUMMARY_WARNINGS = "summary/warnings"  # ids of the checks that fired (twinkle_exp.report.checks)
+SUMMARY_WARNINGS = "summary/warnings"  # ids of the diagnostics that fired (twinkle_exp.report.diagnostics)
 
-# More of the loss's metrics as logged, read by the report's checks (twinkle_exp.report.checks).
+# More of the loss's metrics as logged, read by the report's diagnostics (twinkle_exp.report.diagnostics).
 RATIO_MIN = TRAIN + loss_keys.RATIO_MIN
 RATIO_MAX = TRAIN + loss_keys.RATIO_MAX
 CISPO_CLIP = TRAIN + loss_keys.CISPO_CLIP
 
 # Reported by reward=math for each rollout (RewardSet.last_metrics): completions scored 0 because no
-# answer could be parsed from them, and checks stopped by the per-answer timeout (also scored 0).
+# answer could be parsed from them, and answer checks stopped by the per-answer timeout (also scored 0).
 REWARD_PARSE_FAILURES = "train/rewards/parse_failures"
 REWARD_CHECK_TIMEOUTS = "train/rewards/check_timeouts"

@@ -24,9 +24,8 @@ from twinkle_exp.lifecycle.checkpoints import CheckpointCallback, weights_digest
 from twinkle_exp.lifecycle.session import RunSession
 from twinkle_exp.parallel.ranks import SameOutputDir, check_data_parallel, check_launch
 from twinkle_exp.parallel.strategy import lightning_strategy
-from twinkle_exp.report.run_summary import print_warnings, summarize_run
+from twinkle_exp.report.run_summary import print_run_summary, summarize_run
 from twinkle_exp.tasks.prompt_stream import PromptStream, prompts_per_rank
-from twinkle_exp.tracking.end_summary import print_summary
 from twinkle_exp.tracking.loggers import build_loggers
 from twinkle_exp.tracking.metrics_file import truncate_rows
 from twinkle_exp.tracking.progress import RolloutProgressBar
@@ -147,8 +146,7 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
         session.finish({k: v for k, v in result.items() if k != "warmup"})
         if trainer.is_global_zero:
             healthy = [lg for lg in loggers if not getattr(lg, "failure", None)]
-            print_summary(result, module.loss_fn, healthy, smoke_run="debug" in job.choices)
-            print_warnings(result["summary"])
+            print_run_summary(result, module.loss_fn, healthy, smoke_run="debug" in job.choices)
         return result
 
 

@@ -2,14 +2,16 @@
 
 Each YAML option under `conf/<group>/` starts from one of these schemas (its defaults list names
 `/schema/<group>@_here_`, stored by `config.store`), so a misspelt key or a value of the wrong type fails at
-start-up with Hydra's message naming it. They reach the code as instances of these dataclasses
-(`config.store.typed_config`). This module imports no stage of the pipeline: only the parameter checks of
-the loss library, so that every stage can import its own config type.
+start-up with Hydra's message naming it. A setting's range is its field's check (`param(default, check)`);
+a relation between settings is its schema's `relations` (`Related`). They reach the code as instances of
+these dataclasses (`config.store.typed_config`). This module imports no stage of the pipeline: only the
+parameter checks of the loss library, so that every stage can import its own config type.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from omegaconf import MISSING
@@ -35,6 +37,20 @@ OLD_LOGPS_MODES = ("auto", "recompute", "sampler")
 SAMPLER_DTYPES = ("bfloat16", "float16")
 WANDB_MODES = ("online", "offline", "disabled", "shared")
 MAX_SEED = 2**32 - 1  # numpy's (and so Lightning's seed_everything's) range is 0..2**32 - 1
+
+
+class Related:
+    """A schema whose settings constrain each other. `relations` (pure, on the plain values) names what is
+    wrong, one line each; constructing the schema refuses it, and the start-up checks list every line."""
+
+    @staticmethod
+    def relations(values: Mapping[str, Any]) -> list[str]:
+        return []
+
+    def __post_init__(self) -> None:
+        problems = self.relations(asdict(self))  # type: ignore[call-overload]
+        if problems:
+            raise ValueError("\n".join(problems))
 
 
 def seed_range(name: str, value: Any) -> int:
@@ -69,9 +85,8 @@ class RewardConfig:
 
 @dataclass
 class RolloutConfig:
-    prompts_per_step: int = param(
-        16, positive_int
-    )  # per rollout over all data-parallel ranks; each samples its share
+    # Per rollout over all data-parallel ranks; each samples its share.
+    prompts_per_step: int = param(16, positive_int)
     group_size: int = param(8, int_at_least(2))  # one sample per prompt has no group to compare against
     temperature: float = param(1.0, positive)
     top_k: int = param(0, int_at_least(0))  # 0: no top-k filter
@@ -93,7 +108,7 @@ class AdvantageConfig:
 
 
 @dataclass
-class RolloutCorrectionConfig:
+class RolloutCorrectionConfig(Related):
     # Weights the policy term by pi_old / pi_sampler per token (loss/rollout_correction.py): none | tis
     # (truncated at `upper`) | mis (IcePop: tokens outside [low, high] dropped) | seq_mask (sequences whose
     # geometric-mean ratio leaves [low, high] dropped). Needs the recomputed old log-probs.
@@ -103,9 +118,18 @@ class RolloutCorrectionConfig:
     low: float = param(0.5, non_negative)
     high: float = param(2.0, positive)
 
+    @staticmethod
+    def relations(c: Mapping[str, Any]) -> list[str]:
+        """mis and seq_mask keep what lies in [low, high]: an empty range would drop every token."""
+        if c["mode"] in ("mis", "seq_mask") and c["low"] > c["high"]:
+            return [
+                f"optim.rollout_correction.low={c['low']:g} > high={c['high']:g}: the kept range [low, high] is empty"
+            ]
+        return []
+
 
 @dataclass
-class OptimConfig:
+class OptimConfig(Related):
     lr: float = param(1e-4, positive)
     weight_decay: float = param(0.0, non_negative)
     betas: tuple[float, float] = (0.9, 0.99)
@@ -132,6 +156,17 @@ class OptimConfig:
     # A step with a non-finite reward, advantage, log-prob, loss or gradient is skipped (train/skipped_steps);
     # this many in a row stop the run with a checkpoint and a message naming the first non-finite quantity.
     max_skipped_steps: int = param(10, positive_int)
+
+    @staticmethod
+    def relations(o: Mapping[str, Any]) -> list[str]:
+        """The rollout correction weighs by pi_old / pi_sampler: the old log-probs must be the recomputed ones."""
+        mode = o["rollout_correction"]["mode"]
+        if mode != "none" and o["old_logps"] == "sampler":
+            return [
+                f"optim.rollout_correction.mode={mode} with optim.old_logps=sampler: the correction weighs by "
+                "recomputed / sampler log-probs, so it needs them recomputed; use optim.old_logps=auto or recompute"
+            ]
+        return []
 
 
 @dataclass
@@ -184,7 +219,7 @@ class LoggerConfig:
 
 
 @dataclass
-class Config:
+class Config(Related):
     policy: Any = MISSING
     task: Any = MISSING
     reward: RewardConfig = MISSING
@@ -200,3 +235,15 @@ class Config:
     # auto: continue from the latest checkpoint in the run directory (none there: start; a finished run:
     # nothing to do); a path: from that checkpoint file or run directory; null: never resume.
     resume: str | None = "auto"
+
+    @staticmethod
+    def relations(c: Mapping[str, Any]) -> list[str]:
+        """An optimizer step needs at least one sample of the rollout."""
+        rows = c["rollout"]["prompts_per_step"] * c["rollout"]["group_size"]
+        minibatches = c["optim"]["num_minibatches"]
+        if isinstance(minibatches, int) and minibatches > rows:
+            return [
+                f"optim.num_minibatches={minibatches}: a rollout has only {rows} samples "
+                f"(rollout.prompts_per_step x rollout.group_size); use at most {rows}"
+            ]
+        return []

@@ -91,7 +91,7 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> dict[s
     }
 
 
-def check_config(start: Start, config: dict[str, Any]) -> None:
+def check_resume_config(start: Start, config: dict[str, Any]) -> None:
     """Refuse a resume whose loss, task, policy or seed differ from the checkpoint's; log other changes.
 
     `config`: this run's resolved config as plain containers (without Hydra's own `hydra` node).

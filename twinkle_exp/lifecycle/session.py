@@ -44,7 +44,8 @@ class RunSession:
         self._before = run_dir_guard.snapshot(job.output_dir)
         with self._restored_if_refused():
             self.start = resume.find_start(resume_setting, job.output_dir)
-            resume.check_config(self.start, config)  # before "nothing to do": another loss is another run
+            # Before "nothing to do": another loss is another run.
+            resume.check_resume_config(self.start, config)
 
     @property
     def resumed_from(self) -> str | None:

@@ -7,7 +7,7 @@ the other ranks only train. They must agree on the output directory, which is wh
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
@@ -15,8 +15,13 @@ from lightning.pytorch.callbacks import Callback
 from twinkle_exp.errors import UserError
 from twinkle_exp.parallel import collectives
 
-if TYPE_CHECKING:  # the config's type only: parallel/ sits below config/ and imports nothing of it
-    from twinkle_exp.config.schema import TrainerConfig
+
+class ParallelSettings(Protocol):
+    """What `check_data_parallel` reads of the trainer's settings (`config.schema.TrainerConfig` has it):
+    parallel/ sits below config/, so it names the two fields rather than import the type."""
+
+    strategy: str
+    devices: Any
 
 
 def spawns_processes(trainer: L.Trainer) -> bool:
@@ -37,7 +42,7 @@ def check_launch(trainer: L.Trainer, multirun: bool) -> None:
         )
 
 
-def check_data_parallel(trainer: L.Trainer, cfg: TrainerConfig) -> None:
+def check_data_parallel(trainer: L.Trainer, cfg: ParallelSettings) -> None:
     """Refuse a data-parallel strategy that found no GPU and was given no device count: Lightning would run
     one CPU process, with nothing in parallel, where the user asked for data parallelism."""
     on_cpu = type(trainer.accelerator).__name__ == "CPUAccelerator"

@@ -1,9 +1,11 @@
-"""End of one run: its summary figures for dashboards, and warnings for the traps `checks` finds in it.
+"""The end-of-run summary of one run, in one place: its figures for dashboards, the traps the diagnostics
+find in it, and the table printed on the terminal.
 
-`summarize_run` is what run.py calls once training is over: it reads back the run's own metrics.csv (so it sees
-exactly what the report will see, whatever the logging layout), computes the figures, puts them into the wandb
-run summary, and returns them for run.json; `print_warnings` prints the checks that fired. The figures and the
-checks themselves are pure functions (`run_figures`, `checks.run_checks`), tested without a run.
+run.py calls `summarize_run` once training is over: it reads back the run's own metrics.csv (so it sees
+exactly what the report will see, whatever the logging layout), computes the figures once, puts them into
+the wandb run summary and returns them for run.json; then `print_run_summary` prints them once: the table
+(accuracy before and after, where everything was written) and a warning per diagnosis. The figures and the
+diagnostics are pure functions (`run_figures`, `diagnostics.per_run.diagnose_run`), tested without a run.
 """
 
 from __future__ import annotations
@@ -15,15 +17,16 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from rich.console import Console
+from rich.table import Table
 
 from twinkle_exp import metric_names as M
 
-from .aggregate import accuracy_auc, first_step_reaching
-from .checks import CHECKS, run_checks
-from .metrics_csv import Series, read_metrics
+from .diagnostics.per_run import DIAGNOSTICS, diagnose_run
+from .loading.metrics_csv import Series, read_metrics
+from .statistics.aggregate import DEFAULT_THRESHOLD
+from .statistics.series import accuracy_auc, first_step_reaching
 
-DEFAULT_THRESHOLD = 0.5  # the report's default --threshold, so the dashboard and the report agree
-WARNINGS = "warnings"  # run.json only: the checks that fired, with evidence and advice
+WARNINGS = "warnings"  # run.json only: the diagnostics that fired, with evidence and advice
 
 
 def run_figures(
@@ -47,24 +50,79 @@ def run_figures(
 def summarize_run(
     metrics_csv: Path, cfg: Any, wall_time_s: float | None, loggers: list[Any]
 ) -> dict[str, Any]:
-    """Figures and checks of the finished run whose metrics are in `metrics_csv`; written into every wandb
+    """Figures and diagnoses of the finished run whose metrics are in `metrics_csv`; written into every wandb
     logger's run summary; returned as a JSON-ready dict (the figures, plus WARNINGS: a list of
-    {"check", "title", "evidence", "advice"}) for run.json. `cfg`: the run's config (DictConfig, dataclass or
-    mapping)."""
+    {"check", "title", "evidence", "advice"}, "check" naming the diagnostic) for run.json. `cfg`: the run's
+    config (DictConfig, dataclass or mapping)."""
     metrics = read_metrics(metrics_csv)
     figures = run_figures(metrics.series, wall_time_s)
-    findings = run_checks(metrics.series, metrics.nonfinite, plain_config(cfg))
-    figures[M.SUMMARY_WARNINGS] = [f.check for f in findings]
+    diagnoses = diagnose_run(metrics.series, metrics.nonfinite, plain_config(cfg))
+    figures[M.SUMMARY_WARNINGS] = [d.diagnostic for d in diagnoses]
     _to_wandb(figures, loggers)
-    warnings = [{"title": CHECKS[f.check][0], **dataclasses.asdict(f)} for f in findings]
+    warnings = [
+        {
+            "title": DIAGNOSTICS[d.diagnostic][0],
+            "check": d.diagnostic,
+            "evidence": d.evidence,
+            "advice": d.advice,
+        }
+        for d in diagnoses
+    ]
     warnings += [
         {"check": "data", "title": "metrics.csv", "evidence": p, "advice": ""} for p in metrics.problems
     ]
     return {**figures, WARNINGS: warnings}
 
 
+def print_run_summary(
+    result: dict[str, Any],
+    loss_fn: Any,
+    loggers: list[Any],
+    smoke_run: bool = False,
+    console: Console | None = None,
+) -> None:
+    """The run's table, then its warnings: `result` is what run.py returns, with `summarize_run`'s figures
+    under "summary"; `loggers` the ones that did not fail (a wandb run is named with how to upload it)."""
+    console = console or Console()
+    console.print(_table(result, loss_fn, loggers, smoke_run))
+    print_warnings(result["summary"], console)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _table(result: dict[str, Any], loss_fn: Any, loggers: list[Any], smoke_run: bool) -> Table:
+    """A two-column table that fits 80 columns: long values (paths, the loss) wrap, whole, onto more lines."""
+    table = Table(title="twinkle_exp run", show_header=False, title_justify="left")
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    before, after = result["accuracy_before"], result["accuracy_after"]
+    table.add_row("loss", repr(loss_fn))
+    table.add_row("greedy val accuracy", f"{before:.1%} (warm-start) -> {after:.1%} ({after - before:+.1%})")
+    before_by, after_by = result.get("accuracy_by_length_before"), result.get("accuracy_by_length_after")
+    if before_by and after_by:
+        table.add_row(
+            "by answer length",
+            ", ".join(f"{n}: {before_by[n]:.0%} -> {after_by[n]:.0%}" for n in after_by),
+        )
+    steps = _plural(result["steps"], "optimizer step")
+    table.add_row("steps", f"{steps} from {_plural(result['rollouts'], 'rollout')}")
+    if smoke_run:
+        table.add_row("note", "a smoke run (debug=...): too short for the accuracy to move")
+    table.add_row("wall time", f"{result['wall_time_s']:.0f} s")
+    table.add_row("output dir", result["output_dir"])
+    table.add_row("metrics (CSV)", result["metrics_csv"])
+    for run_dir in _wandb_dirs(loggers):
+        table.add_row("wandb run", str(run_dir))
+        table.add_row("upload later", f"wandb sync {run_dir}")
+    if result["checkpoint"]:
+        table.add_row("checkpoint", result["checkpoint"])
+    return table
+
+
 def print_warnings(summary: dict[str, Any], console: Console | None = None) -> None:
-    """One yellow paragraph per check that fired in the run (nothing when none did)."""
+    """One yellow paragraph per diagnosis of the run (nothing when there is none)."""
     console = console or Console()
     for w in summary.get(WARNINGS, []):
         change = f" → {w['advice']}." if w["advice"] else ""
@@ -78,6 +136,15 @@ def plain_config(cfg: Any) -> dict:
     if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
         return dataclasses.asdict(cfg)
     return dict(cfg) if isinstance(cfg, Mapping) else {}
+
+
+def _wandb_dirs(loggers: list[Any]) -> list[Path]:
+    """The run directory of every WandbLogger in `loggers` (wandb's files/ sits inside it)."""
+    if not loggers:
+        return []  # no reason to import Lightning
+    from lightning.pytorch.loggers import WandbLogger
+
+    return [Path(lg.experiment.dir).parent for lg in loggers if isinstance(lg, WandbLogger)]
 
 
 def _to_wandb(figures: dict[str, Any], loggers: list[Any]) -> None:

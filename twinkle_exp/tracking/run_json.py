@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+RUN_JSON = "run.json"  # the run's status, attempts and final figures (`RunStatus`)
+METRICS_CSV = "metrics.csv"  # one row per logged step, beside run.json (tracking.metrics_file)
+
 
 @dataclass
 class JobInfo:
@@ -97,7 +100,7 @@ class RunStatus:
         write: bool = True,
         wandb_id: str | None = None,
     ) -> None:
-        self.path = job.output_dir / "run.json"
+        self.path = job.output_dir / RUN_JSON
         self.write = write
         self.started = time.time()
         previous = read_run_json(self.path)
@@ -149,8 +152,15 @@ class RunStatus:
 
 def read_run_json(path: Path) -> dict[str, Any]:
     """A run.json as a dict; {} when there is none or it cannot be read (killed while writing)."""
+    return read_run_json_checked(path)[0]
+
+
+def read_run_json_checked(path: Path) -> tuple[dict[str, Any], str | None]:
+    """(run.json as a dict, None); ({}, None) when there is none; ({}, why) when it cannot be read."""
+    if not path.is_file():
+        return {}, None
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return {}, f"unreadable {path.name}: {exc}"
+    return (data, None) if isinstance(data, dict) else ({}, f"{path.name} is not an object")

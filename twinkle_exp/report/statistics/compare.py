@@ -16,14 +16,16 @@ from itertools import combinations
 import numpy as np
 
 from .aggregate import DEFAULT_SCORES, Score, VariantStats
-from .pairwise_stats import (
+from .estimates import Estimate
+from .intervals import prob_improvement
+from .pairwise import (
     mean_difference,
     permutation_p_value,
-    prob_improvement,
     seeds_for_power,
     two_sample_estimate,
 )
-from .stats import ALPHA, MAX_SEEDS, POWER, Estimate
+from .power import MAX_SEEDS, POWER
+from .verdicts import ALPHA
 
 HIGHER = "higher"  # the first variant's score is higher, and the tests agree it is a difference
 NOT_DISTINGUISHABLE = "not distinguishable"

@@ -1,5 +1,5 @@
 """Interval estimates over seeds, after Agarwal et al. 2021 ("Deep RL at the Edge of the Statistical Precipice"):
-one variant's estimates here, two variants' (P(improvement), difference, tests, power) in `pairwise_stats`.
+one variant's estimates here, two variants' (P(improvement), difference, tests, power) in `pairwise`.
 
 Pure functions of small float arrays (one score per seed). The resampling is scipy's (`scipy.stats.bootstrap`,
 `scipy.stats.permutation_test`), the power calculation scipy's noncentral t; nothing here is hand-rolled
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-CONFIDENCE = 0.95
+from .intervals import CONFIDENCE, as_scores
+
+# The confidence level is the verdicts' own (`intervals.CONFIDENCE`), as are the tests' level
+# (`verdicts.ALPHA`) and the power calculation's POWER and MAX_SEEDS (`power`): one of each in the report.
 N_RESAMPLES = 10_000
-ALPHA = 0.05  # the permutation test's level, and the power calculation's
-POWER = 0.8
-MAX_SEEDS = 1000  # the power search stops here: "more than 1000 seeds" is answer enough
 RNG_SEED = 0
 
 
@@ -113,11 +113,3 @@ def bootstrap_band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         interval = percentile_interval((varying,), _mean, axis=0)
         low[np.flatnonzero(columns)[~constant]], high[np.flatnonzero(columns)[~constant]] = interval
     return low, high
-
-
-def as_scores(values) -> np.ndarray:
-    """Scores as a flat float array `[n]`; refuses NaN and inf."""
-    x = np.asarray(values, dtype=float).reshape(-1)
-    if not np.all(np.isfinite(x)):
-        raise ValueError(f"scores must be finite numbers, got {x.tolist()}")
-    return x

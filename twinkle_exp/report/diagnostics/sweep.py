@@ -1,8 +1,9 @@
-"""The checks over a whole report: each run's findings gathered per variant, and variants with identical curves.
+"""The diagnostics over a whole report: each run's diagnoses gathered per variant, and variants with identical
+curves.
 
 Two variants whose runs of the same seed logged the same outcome curves (reward, accuracy, completion length,
 entropy) made the same updates: whatever distinguishes them (a normaliser, a temperature) had no effect in this
-setting, usually because of one of the traps in `checks` (on-policy updates, clipping on every step).
+setting, usually because of one of the traps in `per_run` (on-policy updates, clipping on every step).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import numpy as np
 
 from twinkle_exp import metric_names as M
 
-from .checks import CHECKS, Finding, run_checks
-from .runs import Run
+from ..loading.runs import Run
+from .diagnosis import Diagnosis
+from .per_run import DIAGNOSTICS, diagnose_run
 
 # What the policy did, not how the loss scored it: train/loss and train/grad_norm differ by the normaliser
 # even when the updates are the same.
@@ -29,26 +31,29 @@ RTOL, ATOL = 1e-4, 1e-8
 
 
 @dataclass
-class CheckResult:
-    """One check over the report: the variants it fired on, with one run's evidence each."""
+class DiagnosticResult:
+    """One diagnostic over the report: the variants it fired on, with one run's evidence each."""
 
-    check: str
+    diagnostic: str
     title: str
     advice: str = ""
-    variants: dict[str, list[Finding]] = field(default_factory=dict)  # label -> one finding per affected run
+    variants: dict[str, list[Diagnosis]] = field(default_factory=dict)  # label -> one per affected run
     seeds: dict[str, int] = field(default_factory=dict)  # label -> runs of the variant that were checked
 
 
-def sweep_checks(variants: dict[str, list[Run]]) -> list[CheckResult]:
-    """CHECKS over every run that logged metrics, in CHECKS order, one CheckResult per check (fired or not)."""
-    results = {check: CheckResult(check, title) for check, (title, _) in CHECKS.items()}
+def diagnose_sweep(variants: dict[str, list[Run]]) -> list[DiagnosticResult]:
+    """DIAGNOSTICS over every run that logged metrics, in that order, one DiagnosticResult per diagnostic
+    (fired or not)."""
+    results = {name: DiagnosticResult(name, title) for name, (title, _) in DIAGNOSTICS.items()}
     for label, runs in variants.items():
         checked = [run for run in runs if run.metrics or run.nonfinite]
         for run in checked:
-            for finding in run_checks(run.metrics, run.nonfinite, run.config):
-                result = results[finding.check]
-                result.advice = result.advice or finding.advice  # the advice of the run the evidence is from
-                result.variants.setdefault(label, []).append(finding)
+            for diagnosis in diagnose_run(run.metrics, run.nonfinite, run.config):
+                result = results[diagnosis.diagnostic]
+                result.advice = (
+                    result.advice or diagnosis.advice
+                )  # the advice of the run the evidence is from
+                result.variants.setdefault(label, []).append(diagnosis)
                 result.seeds[label] = len(checked)
     return list(results.values())
 

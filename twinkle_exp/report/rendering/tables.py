@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .aggregate import Score, VariantStats
-from .checks_sweep import RTOL, CheckResult
-from .compare import Comparison, difference
-from .runs import Run
-from .stats import CONFIDENCE, MAX_SEEDS, N_RESAMPLES, Estimate
+from ..diagnostics.sweep import RTOL, DiagnosticResult
+from ..loading.runs import Run
+from ..statistics.aggregate import Score, VariantStats
+from ..statistics.compare import Comparison, difference
+from ..statistics.estimates import N_RESAMPLES, Estimate
+from ..statistics.intervals import CONFIDENCE
+from ..statistics.power import MAX_SEEDS
 
 NONE = "–"
 METHOD_NOTES = (
@@ -106,10 +108,10 @@ def pair_row(c: Comparison) -> list[str]:
     ]
 
 
-def check_items(
-    results: list[CheckResult], identical: list[tuple[list[str], list[int]]], names: dict
+def diagnostic_items(
+    results: list[DiagnosticResult], identical: list[tuple[list[str], list[int]]], names: dict
 ) -> list[str]:
-    """One paragraph per check that fired, then one line naming the checks that passed."""
+    """One paragraph per diagnostic that fired, then one line naming the ones that passed."""
     items, passed = [], []
     for r in results:
         if not r.variants:
@@ -119,10 +121,10 @@ def check_items(
             f"{names.get(v, v)} ({len(f)} of {r.seeds[v]} {'seed' if r.seeds[v] == 1 else 'seeds'})"
             for v, f in r.variants.items()
         )
-        label, findings = next(iter(r.variants.items()))
+        label, diagnoses = next(iter(r.variants.items()))
         items.append(
             f"⚠ {r.title}: {affected}. Evidence ({names.get(label, label)}, first affected seed): "
-            f"{findings[0].evidence}. → {r.advice}."
+            f"{diagnoses[0].evidence}. → {r.advice}."
         )
     if identical:
         groups = "; ".join(

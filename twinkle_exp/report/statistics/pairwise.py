@@ -1,34 +1,15 @@
 """Two variants' scores compared: probability of improvement, difference of means, an exact permutation test,
-and the seeds a t-test would need. Pure functions of `[n_seeds]` arrays; the choices are stated in `stats`."""
+and the seeds a t-test would need. Pure functions of `[n_seeds]` arrays; the choices are stated in `estimates`."""
 
 from __future__ import annotations
 
 import numpy as np
 from scipy import stats
 
-from .stats import (
-    ALPHA,
-    MAX_SEEDS,
-    N_RESAMPLES,
-    POWER,
-    RNG_SEED,
-    Estimate,
-    as_scores,
-    percentile_interval,
-)
-
-
-def prob_improvement(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-    """P(X > Y) + P(X = Y) / 2 for one seed of each, over all pairs of seeds (Mann-Whitney's U / (n m)).
-
-    x: `[..., n]`, y: `[..., m]` along `axis` (the leading axes are bootstrap resamples). 0.5 for identical
-    samples, 1 when every seed of x beats every seed of y.
-    """
-    x = np.moveaxis(np.asarray(x, dtype=float), axis, -1)
-    y = np.moveaxis(np.asarray(y, dtype=float), axis, -1)
-    greater = x[..., :, None] > y[..., None, :]
-    equal = x[..., :, None] == y[..., None, :]
-    return np.mean(greater + 0.5 * equal, axis=(-2, -1))
+from .estimates import N_RESAMPLES, RNG_SEED, Estimate, percentile_interval
+from .intervals import as_scores
+from .power import MAX_SEEDS, POWER
+from .verdicts import ALPHA
 
 
 def mean_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -36,10 +17,17 @@ def mean_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.mean(x, axis=axis) - np.mean(y, axis=axis)
 
 
+def ratio_of_means(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    """mean(x) / mean(y) along `axis`; x `[..., n]`, y `[..., m]`."""
+    return np.mean(x, axis=axis) / np.mean(y, axis=axis)
+
+
 def two_sample_estimate(x: list[float] | np.ndarray, y: list[float] | np.ndarray, statistic) -> Estimate:
     """`statistic(x, y)` with a 95% bootstrap interval, each sample resampled on its own (stratified).
 
-    statistic: `prob_improvement` or `mean_difference` (vectorised over leading resample axes).
+    statistic: `prob_improvement`, `mean_difference` or `ratio_of_means` (vectorised over leading resample
+    axes). With fewer than 2 seeds on a side there is no interval; with every seed equal on both, it is
+    the value itself (every resample is the same).
     """
     x, y = as_scores(x), as_scores(y)
     value = float(statistic(x, y))

@@ -1,4 +1,4 @@
-"""Checks that compare variants with each other: a shared ceiling, and variants that are one objective.
+"""Diagnostics that compare variants with each other: a shared ceiling, and variants that are one objective.
 
 - `ceiling`: every variant ends within CEILING_SPREAD of the others at a level the per-answer-length
   breakdown shows is the task's (a length no variant learns, or every variant saturated), so final accuracy
@@ -6,7 +6,7 @@
 - `scalar_normaliser`: two variants whose losses differ only by a per-step scalar under the advantages they
   were given (BNPO's 1 / tokens against Dr.GRPO's 1 / (sequences x max length), with the same advantages):
   their gradients point the same way every step, and Adam plus the gradient clip cancel most of the size.
-Both return a `CheckResult` (empty `variants` when silent), rendered like the per-run checks.
+Both return a `DiagnosticResult` (empty `variants` when silent), rendered like the per-run diagnostics.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import numpy as np
 
 from twinkle_exp import metric_names as M
 
-from .checks import Finding
-from .checks_sweep import CheckResult
-from .runs import Run
+from ..loading.runs import Run
+from ..statistics.series import last_value
+from .diagnosis import Diagnosis
+from .sweep import DiagnosticResult
 
 CEILING_SPREAD = 0.03  # final accuracies within 3 points of each other
 STUCK_LEVEL = 0.10  # an answer length at or below 10% in every variant: a part of the task nobody learns
@@ -33,7 +34,7 @@ LOSS_SCALE_KEYS = {"_target_", "max_completion_length"}  # loss keys that only c
 
 def _final(run: Run, key: str) -> float | None:
     series = run.metrics.get(key)
-    return series[-1][1] if series else None
+    return last_value(series) if series else None
 
 
 def _variant_level(runs: list[Run], key: str) -> float | None:
@@ -41,9 +42,9 @@ def _variant_level(runs: list[Run], key: str) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def ceiling(variants: dict[str, list[Run]]) -> CheckResult:
+def ceiling(variants: dict[str, list[Run]]) -> DiagnosticResult:
     """Fires on every variant when their final accuracies sit within CEILING_SPREAD at a task limit."""
-    result = CheckResult("ceiling", "variants at the task's ceiling")
+    result = DiagnosticResult("ceiling", "variants at the task's ceiling")
     finals = {label: _variant_level(runs, M.VAL_ACCURACY) for label, runs in variants.items()}
     finals = {label: v for label, v in finals.items() if v is not None}
     if len(finals) < 2 or max(finals.values()) - min(finals.values()) > CEILING_SPREAD:
@@ -78,7 +79,7 @@ def ceiling(variants: dict[str, list[Run]]) -> CheckResult:
         "trainer.max_steps so that the variants are compared before they saturate"
     )
     for label in finals:
-        result.variants[label] = [Finding("ceiling", evidence, result.advice)]
+        result.variants[label] = [Diagnosis("ceiling", evidence, result.advice)]
         result.seeds[label] = sum(1 for r in variants[label] if r.finished)
     return result
 
@@ -100,9 +101,9 @@ def _same_but_normaliser(a: dict, b: dict) -> bool:
     return sa == sb or {sa, sb} <= SCALAR_SCALES
 
 
-def scalar_normaliser(variants: dict[str, list[Run]]) -> CheckResult:
+def scalar_normaliser(variants: dict[str, list[Run]]) -> DiagnosticResult:
     """Fires on each pair of variants that are one objective up to a per-step scalar (see module docstring)."""
-    result = CheckResult("scalar_normaliser", "variants that differ only by a scalar normaliser")
+    result = DiagnosticResult("scalar_normaliser", "variants that differ only by a scalar normaliser")
     configs = {label: next((r.config for r in runs if r.config), None) for label, runs in variants.items()}
     for x, y in combinations([label for label, c in configs.items() if c], 2):
         cx, cy = configs[x], configs[y]
@@ -124,12 +125,12 @@ def scalar_normaliser(variants: dict[str, list[Run]]) -> CheckResult:
         )
         for label in (x, y):
             result.variants.setdefault(label, []).append(
-                Finding("scalar_normaliser", evidence, result.advice)
+                Diagnosis("scalar_normaliser", evidence, result.advice)
             )
             result.seeds[label] = len(variants[label])
     return result
 
 
-def variant_checks(variants: dict[str, list[Run]]) -> list[CheckResult]:
-    """Every cross-variant check of this module, fired or not."""
+def diagnose_variants(variants: dict[str, list[Run]]) -> list[DiagnosticResult]:
+    """Every cross-variant diagnostic of this module, fired or not."""
     return [ceiling(variants), scalar_normaliser(variants)]

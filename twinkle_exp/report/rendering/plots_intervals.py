@@ -8,7 +8,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from .aggregate import Score, VariantStats
+from ..statistics.aggregate import Score, VariantStats
 
 FILENAME = "intervals.png"
 TITLE = "Scores per variant: seeds and the mean's interval"

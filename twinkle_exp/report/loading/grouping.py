@@ -9,6 +9,8 @@ sweeps run at different times, with more seeds or from other directories, compar
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -83,6 +85,17 @@ def _plain(value) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     return str(value)
+
+
+def group_by_variant(runs: list[Run]) -> dict[str, list[Run]]:
+    """Runs keyed by variant label, labels sorted, runs sorted by seed then name within a variant."""
+    groups: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        groups[run.variant].append(run)
+    return {
+        label: sorted(groups[label], key=lambda r: (r.seed is None, r.seed or 0, r.name))
+        for label in sorted(groups)
+    }
 
 
 def flag_repeated_seeds(variants: dict[str, list[Run]]) -> None:

@@ -1,17 +1,13 @@
 """Each job's status and attempts: a resumed job (pre-empted, interrupted, requeued) has run more than once.
 
-Read from each job's run.json (`attempts`, written by the trainer), so an interrupted sweep shows which jobs
-finished, which stopped where, and how often each was resumed; rerunning the sweep command with the same
-`hydra.sweep.dir` skips the finished jobs and resumes the others.
+Read from each job's run.json (`attempts`, written by the trainer, loaded with the run), so an interrupted
+sweep shows which jobs finished, which stopped where, and how often each was resumed; rerunning the sweep
+command with the same `hydra.sweep.dir` skips the finished jobs and resumes the others.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from twinkle_exp.tracking.run_json import read_run_json
-
-from .runs import RUN_FILE, Run
+from ..loading.runs import Run
 
 HEADERS = ["job", "status", "attempts", "last step"]
 
@@ -20,7 +16,7 @@ def attempt_rows(runs: list[Run]) -> list[list[str]]:
     """One row per job: name, status, number of attempts, the optimizer step it last reached."""
     rows = []
     for run in runs:
-        info = read_run_json(Path(run.path) / RUN_FILE)
+        info = run.run_json
         attempts = info.get("attempts")
         count = len(attempts) if isinstance(attempts, list) else (1 if info else 0)
         final = info.get("final") if isinstance(info.get("final"), dict) else {}

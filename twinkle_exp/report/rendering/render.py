@@ -9,17 +9,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from .aggregate import Score, VariantStats
-from .checks_sweep import CheckResult
-from .compare import Comparison
-from .runs import Run
-from .speed import HEADERS as SPEED_HEADERS
-from .speed import MIN_REACHED
+from ..diagnostics.sweep import DiagnosticResult
+from ..loading.runs import Run
+from ..statistics.aggregate import Score, VariantStats
+from ..statistics.compare import Comparison
+from ..statistics.speed import HEADERS as SPEED_HEADERS
+from ..statistics.speed import MIN_REACHED
 from .tables import (
     JOB_HEADERS,
     METHOD_NOTES,
     PAIR_HEADERS,
-    check_items,
+    diagnostic_items,
     job_row,
     pair_row,
     problem_items,
@@ -38,7 +38,7 @@ class ReportData:
     stats: list[VariantStats]
     scores: tuple[Score, ...]
     comparisons: list[Comparison]
-    checks: list[CheckResult]
+    diagnostics: list[DiagnosticResult]
     identical: list[tuple[list[str], list[int]]]
     names: dict[str, str]  # variant label -> short name (the overrides every variant shares left out)
     shared: str  # those shared overrides, "" if none
@@ -87,7 +87,11 @@ def build_blocks(d: ReportData) -> list[Block]:
         blocks += [("table", SPEED_HEADERS, d.speed), ("p", SPEED_NOTE)]
     else:
         blocks.append(("p", f"No pair of variants had {MIN_REACHED}+ runs each reaching the threshold."))
-    blocks += [("h2", "Checks"), ("ul", check_items(d.checks, d.identical, d.names)), ("h2", "Plots")]
+    blocks += [
+        ("h2", "Checks"),
+        ("ul", diagnostic_items(d.diagnostics, d.identical, d.names)),
+        ("h2", "Plots"),
+    ]
     for title, (key, path) in d.plots.items():
         blocks.append(
             ("p", f"{title}: skipped, no run logged {key}.") if path is None else ("img", title, path)

@@ -1,16 +1,12 @@
 """The statistic that decides each published finding of `conf/sweep/finding_*.yaml`, from a sweep's runs.
 
 A finding compares two arms (a treatment and a control, named by one override each) on a per-run number,
-and states the direction the paper claims. The effect is a difference or a ratio of the arms' means, with a
-95% stratified percentile bootstrap interval (`stats`) and an exact two-sided permutation p-value of the
-difference of means (`pairwise_stats`; for a ratio it tests the same null hypothesis, exchangeable seeds).
-A finding is "reproduced" when p < ALPHA and the effect points the paper's way, "reproduced in the other
-direction" when p < ALPHA and it points the other way, else "not reproduced". The CLI is `findings_main`.
+and states the direction the paper claims; `verdict.decide` computes its effect and verdict, and the CLI is
+`python -m twinkle_exp.report.findings`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,29 +14,23 @@ import numpy as np
 
 from twinkle_exp import metric_names as M
 
-from .aggregate import accuracy_auc, first_step_reaching
-from .metrics_csv import Series
-from .pairwise_stats import permutation_p_value
-from .runs import Run
-from .stats import ALPHA, Estimate, as_scores, percentile_interval
+from ..loading.metrics_csv import Series
+from ..loading.runs import Run
+from ..statistics.series import accuracy_auc, first_quarter, first_step_reaching, last_quarter, values
 
 
 def quarter_change(series: Series) -> float:
     """Mean of the last quarter of the logged values minus the mean of the first quarter."""
-    values = np.array([v for _, v in series])
-    k = max(1, len(values) // 4)
-    return float(values[-k:].mean() - values[:k].mean())
+    return float(values(last_quarter(series)).mean() - values(first_quarter(series)).mean())
 
 
 def quarter_ratio(series: Series) -> float:
     """Mean of the last quarter of the logged values over the mean of the first quarter."""
-    values = np.array([v for _, v in series])
-    k = max(1, len(values) // 4)
-    return float(values[-k:].mean() / values[:k].mean())
+    return float(values(last_quarter(series)).mean() / values(first_quarter(series)).mean())
 
 
 def run_mean(series: Series) -> float:
-    return float(np.mean([v for _, v in series]))
+    return float(np.mean(values(series)))
 
 
 @dataclass(frozen=True)
@@ -91,7 +81,7 @@ def baseline_threshold(runs: list[Run], baseline: str, key: str) -> tuple[float,
     return start + THRESHOLD_SHARE * (float(np.mean(last)) - start), start
 
 
-def _steps_to_control_level(series: Series, run: Run) -> float | None:
+def steps_to_baseline_level(series: Series, run: Run) -> float | None:
     return None  # replaced per sweep by `decide` (the threshold depends on the baseline arm's runs)
 
 
@@ -143,7 +133,7 @@ CLAIMS = {
         "loss=bnpo",
         "loss=cispo",
         M.VAL_ACCURACY,
-        _steps_to_control_level,
+        steps_to_baseline_level,
         f"optimizer steps to the greedy validation accuracy {THRESHOLD_SHARE:.0%} of the way from the warm-start "
         "to the DAPO arm's mean final accuracy (never reached: the run's last step)",
         "ratio",
@@ -163,65 +153,3 @@ CLAIMS = {
         (M.CLIP_HIGH, M.CLIP_HIGH_GIVEN_POSITIVE, M.LOW_PROB_GIVEN_HIGH, M.GRAD_NORM, M.VAL_ACCURACY),
     ),
 }
-
-
-@dataclass(frozen=True)
-class Verdict:
-    claim: Claim
-    treatment: list[float]  # the per-run numbers, finished runs in seed order
-    control: list[float]
-    effect: Estimate
-    p_value: float | None
-    verdict: str
-    threshold: float | None = None  # the accuracy a steps-to-threshold claim was measured at
-
-
-def _ratio_of_means(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.mean(x, axis=axis) / np.mean(y, axis=axis)
-
-
-def _difference_of_means(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.mean(x, axis=axis) - np.mean(y, axis=axis)
-
-
-def arm_values(claim: Claim, runs: list[Run], arm: str) -> list[float]:
-    """The per-run numbers of the finished runs of `arm` that logged the claim's metric, in seed order."""
-    chosen = sorted(
-        (r for r in runs if r.finished and arm in r.overrides), key=lambda r: (r.seed or 0, r.name)
-    )
-    values = [claim.per_run(r.metrics[claim.key], r) for r in chosen if r.metrics.get(claim.key)]
-    return [v for v in values if v is not None and np.isfinite(v)]
-
-
-def decide(claim: Claim, runs: list[Run]) -> Verdict:
-    """The claim's effect, interval, p-value and verdict on `runs` (raises ValueError if an arm is empty)."""
-    threshold = None
-    if claim.per_run is _steps_to_control_level:
-        threshold, start = baseline_threshold(runs, claim.treatment, claim.key)
-        if not threshold > start:  # the baseline ended no better than it started: nothing to reach
-            nan = Estimate(float("nan"), None, None, 0)
-            reason = (
-                f"not testable: the baseline's final {claim.key} is not above the warm-start's {start:.1%}"
-            )
-            return Verdict(claim, [], [], nan, None, reason, threshold)
-        claim = dataclasses.replace(claim, per_run=lambda series, run: steps_to(series, threshold))
-    x, y = arm_values(claim, runs, claim.treatment), arm_values(claim, runs, claim.control)
-    if not x or not y:
-        empty = claim.treatment if not x else claim.control
-        raise ValueError(f"finding {claim.name}: no finished run of {empty} logged {claim.key}")
-    statistic = _ratio_of_means if claim.effect == "ratio" else _difference_of_means
-    xs, ys = as_scores(x), as_scores(y)
-    value = float(statistic(xs, ys))
-    low = high = None
-    if min(len(x), len(y)) >= 2 and not (np.all(xs == xs[0]) and np.all(ys == ys[0])):
-        low, high = (float(v) for v in percentile_interval((xs, ys), statistic))
-    p = permutation_p_value(xs, ys) if len(x) + len(y) > 2 else None
-    null = 1.0 if claim.effect == "ratio" else 0.0
-    significant = p is not None and p < ALPHA
-    if significant and value < null:
-        verdict = "reproduced in the other direction"
-    elif significant:
-        verdict = "reproduced"
-    else:
-        verdict = "no difference detected" if claim.expected == ">=" else "not reproduced"
-    return Verdict(claim, x, y, Estimate(value, low, high, min(len(x), len(y))), p, verdict, threshold)

@@ -13,9 +13,9 @@ from matplotlib.figure import Figure
 
 from twinkle_exp import metric_names as M
 
-from .aggregate import curve
-from .runs import CLIP_REGION, ENTROPY, KL, REWARD_MEAN, VAL_ACCURACY, Run
-from .stats import N_RESAMPLES
+from ..loading.runs import Run
+from ..statistics.aggregate import curve
+from ..statistics.estimates import N_RESAMPLES
 
 BAND = f"line: mean over seeds, band: 95% bootstrap CI of the mean (percentile, {N_RESAMPLES:,} resamples)"
 
@@ -33,15 +33,15 @@ class PlotSpec:
 
 PLOTS = (
     PlotSpec(
-        VAL_ACCURACY,
+        M.VAL_ACCURACY,
         "val_accuracy.png",
         "Greedy validation accuracy",
         "greedy validation accuracy (%)",
         100.0,
     ),
-    PlotSpec(REWARD_MEAN, "reward.png", "Training reward", "mean reward per completion"),
-    PlotSpec(ENTROPY, "entropy.png", "Policy entropy on its own samples", "entropy (nats per token)"),
-    PlotSpec(KL, "kl.png", "KL divergence to the reference policy", "KL estimate (nats per token)"),
+    PlotSpec(M.REWARD_MEAN, "reward.png", "Training reward", "mean reward per completion"),
+    PlotSpec(M.ENTROPY, "entropy.png", "Policy entropy on its own samples", "entropy (nats per token)"),
+    PlotSpec(M.KL, "kl.png", "KL divergence to the reference policy", "KL estimate (nats per token)"),
     PlotSpec(
         M.COMPLETION_LENGTH_CORRECT,
         "length_correct.png",
@@ -55,7 +55,7 @@ PLOTS = (
         "mean length, incorrect (tokens)",
     ),
     PlotSpec(
-        CLIP_REGION,
+        M.CLIP_REGION,
         "clip_fraction.png",
         "Clipped tokens (lower or upper clip binding)",
         "clipped completion tokens (%)",

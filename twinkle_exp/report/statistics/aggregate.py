@@ -16,15 +16,19 @@ Choices, stated once here and repeated in the report:
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.integrate import trapezoid
 
-from .runs import KL, VAL_ACCURACY, Run, Series
-from .stats import Estimate, bootstrap_band, bootstrap_estimate
+from twinkle_exp import metric_names as M
+
+from ..loading.grouping import group_by_variant
+from ..loading.runs import Run, Series
+from .estimates import Estimate, bootstrap_band, bootstrap_estimate
+from .series import accuracy_auc, first_step_reaching, last_quarter_mean, last_value
+
+DEFAULT_THRESHOLD = 0.5  # the validation accuracy of steps-to-threshold: the report's and the run's summary
 
 
 @dataclass
@@ -49,29 +53,8 @@ class Score:
     unit: str = ""  # "%" when scale is 100; differences are then in percentage points
 
 
-def last_value(series: Series) -> float:
-    """The last logged value."""
-    return series[-1][1]
-
-
-def last_quarter_mean(series: Series) -> float:
-    """Mean over the last quarter of the logged steps (at least one): an end-of-run level, less noisy than
-    the last value for a metric logged every step."""
-    return float(np.mean([v for _, v in series[-max(1, len(series) // 4) :]]))
-
-
-def accuracy_auc(series: Series) -> float:
-    """Area under (step, accuracy) by the trapezoid rule, over the first..last step: the mean accuracy
-    over training. A single validation gives its own value."""
-    steps = np.array([step for step, _ in series], dtype=float)
-    values = np.array([value for _, value in series], dtype=float)
-    if len(series) == 1 or steps[-1] == steps[0]:
-        return float(values[-1])
-    return float(trapezoid(values, steps) / (steps[-1] - steps[0]))
-
-
-FINAL_ACCURACY = Score("final accuracy", VAL_ACCURACY, last_value, 100.0, "%")
-AUC = Score("AUC", VAL_ACCURACY, accuracy_auc, 100.0, "%")
+FINAL_ACCURACY = Score("final accuracy", M.VAL_ACCURACY, last_value, 100.0, "%")
+AUC = Score("AUC", M.VAL_ACCURACY, accuracy_auc, 100.0, "%")
 # AUC first: the headline. Final accuracy saturates when every variant reaches the task's ceiling within the
 # budget (issue 20: every loss ended at 77% on reverse); the area under the curve still tells them apart by
 # how fast they got there.
@@ -123,17 +106,6 @@ class VariantStats:
         return mean(self.wall_times)
 
 
-def group_by_variant(runs: list[Run]) -> dict[str, list[Run]]:
-    """Runs keyed by variant label, labels sorted, runs sorted by seed then name within a variant."""
-    groups: dict[str, list[Run]] = defaultdict(list)
-    for run in runs:
-        groups[run.variant].append(run)
-    return {
-        label: sorted(groups[label], key=lambda r: (r.seed is None, r.seed or 0, r.name))
-        for label in sorted(groups)
-    }
-
-
 def summarize(
     runs: list[Run], threshold: float, scores: tuple[Score, ...] = DEFAULT_SCORES
 ) -> list[VariantStats]:
@@ -141,7 +113,7 @@ def summarize(
     stats = []
     for label, group in group_by_variant(runs).items():
         finished = [r for r in group if r.finished]
-        accuracies = [r.metrics[VAL_ACCURACY] for r in finished if r.metrics.get(VAL_ACCURACY)]
+        accuracies = [r.metrics[M.VAL_ACCURACY] for r in finished if r.metrics.get(M.VAL_ACCURACY)]
         reached = [first_step_reaching(series, threshold) for series in accuracies]
         s = VariantStats(
             label=label,
@@ -153,7 +125,7 @@ def summarize(
             },
             steps_to_threshold=[s for s in reached if s is not None],
             evaluated=len(accuracies),
-            final_kl=[r.metrics[KL][-1][1] for r in finished if r.metrics.get(KL)],
+            final_kl=[r.metrics[M.KL][-1][1] for r in finished if r.metrics.get(M.KL)],
             wall_times=[r.wall_time_s for r in finished if r.wall_time_s is not None],
         )
         for name, values in s.scores.items():
@@ -161,11 +133,6 @@ def summarize(
                 s.estimates[f"{name}/{statistic}"] = bootstrap_estimate(values, statistic)
         stats.append(s)
     return stats
-
-
-def first_step_reaching(series: Series, threshold: float) -> int | None:
-    """The first step whose value is >= threshold, or None."""
-    return next((step for step, value in series if value >= threshold), None)
 
 
 def curve(series_list: list[Series]) -> Curve | None:

@@ -1,4 +1,4 @@
-"""Start-up checks of the task's examples against the policy and the reward, one line per problem.
+"""The task's examples against the policy and the reward, one line per problem (built objects' checks).
 
 Each line names the file and row (or line) of the example at fault. They run on every example the task
 holds (`Task.located_examples`), with the policy's own tokenizer (loaded without the weights for a
@@ -16,14 +16,15 @@ from twinkle_exp.models.tokenizer import encode_prompt
 Located = list[tuple[Any, str]]  # (Example, where it comes from)
 
 
-def policy_tokenizer(policy: dict[str, Any], task: Any) -> tuple[Any, int | None, str, str] | None:
-    """(tokenizer as the run encodes prompts, positions, what sets them, how to get more) for a known
-    policy, else None.
+def policy_tokenizer(
+    kind: str | None, policy: dict[str, Any], task: Any
+) -> tuple[Any, int | None, str, str] | None:
+    """(tokenizer as the run encodes prompts, positions, what sets them, how to get more) for a registered
+    policy (`kind`: its name in `POLICIES`), else None.
 
     ValueError naming the setting when the model cannot be found or the task's prompt format cannot apply.
     """
-    target = str(policy.get("_target_", ""))
-    if target.endswith("tiny_policy"):
+    if kind == "tiny":
         from twinkle_exp.models import CharTokenizer
 
         tokenizer, positions = CharTokenizer(), policy["max_seq_len"]
@@ -31,13 +32,13 @@ def policy_tokenizer(policy: dict[str, Any], task: Any) -> tuple[Any, int | None
         remedy = (
             "raise policy.max_seq_len (the built-in policy is for short prompts; policy=hf for real models)"
         )
-    elif target.endswith("hf_policy"):
+    elif kind == "hf":
         from twinkle_exp.models.gguf import is_gguf_source, resolve_source, source_problems
         from twinkle_exp.models.hf_context import check_model_source, tokenizer_and_context
 
         name = policy["name_or_path"]
         if source_problems(policy):
-            return None  # the GGUF file is missing: that line is the config check's
+            return None  # the GGUF file is missing: that line is the environment check's
         # A GGUF file is read through its converted directory (converted once here, reused by the build).
         local = resolve_source(name) if is_gguf_source(name) else name
         tokenizer, positions, source = tokenizer_and_context(local, bool(policy.get("trust_remote_code")))
@@ -115,7 +116,10 @@ def answer_budget_problems(
 
 
 def _math_terms(reward: dict[str, Any]) -> list[dict[str, Any]]:
-    targets = ("twinkle_exp.rewards.math_reward", "twinkle_exp.rewards.math_reward.math_reward")
+    from twinkle_exp.config.store import import_path
+    from twinkle_exp.rewards import math_reward
+
+    targets = (import_path(math_reward), f"{math_reward.__module__}.{math_reward.__qualname__}")
     return [
         term["fn"]
         for term in (reward.get("functions") or {}).values()

@@ -1,6 +1,6 @@
-"""`python -m twinkle_exp.report.findings_main DIR [DIR ...] --finding NAME [--out OUT]`: a finding's verdict.
+"""`python -m twinkle_exp.report.findings DIR [DIR ...] --finding NAME [--out OUT]`: a finding's verdict.
 
-Loads the sweep's runs (as the report does), computes each named claim of `findings.CLAIMS` (load -> decide
+Loads the sweep's runs (as the report does), computes each named claim of `claims.CLAIMS` (load -> decide
 -> plot -> render), writes `findings.md` and one plot per claim's metric into OUT (default DIR/findings), and
 prints the verdict lines.
 """
@@ -14,9 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .findings import CLAIMS, Claim, Verdict, decide
-from .plots import PlotSpec, plot_metric
-from .runs import Run, load_runs
+from ..loading.runs import Run, load_runs
+from ..rendering.plots import PlotSpec, plot_metric
+from .claims import CLAIMS, Claim
+from .verdict import Verdict, decide
 
 EXIT_USAGE = 2
 

@@ -1,0 +1,96 @@
+"""The comparison report's phases, one call each in `__main__.main`: load -> group -> summarize -> plot ->
+render. A phase that finds nothing to report raises `Refusal` before anything is written, so a typo in a
+path or a key leaves no stray report folder behind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .diagnostics.sweep import diagnose_sweep, identical_variants
+from .diagnostics.variants import diagnose_variants
+from .loading.grouping import GroupByError, assign_groups, flag_repeated_seeds, group_by_variant
+from .loading.runs import Run, load_runs
+from .rendering.attempts import render_attempts_markdown
+from .rendering.plots import legend_labels, plot_all, variant_colors
+from .rendering.plots_intervals import TITLE as INTERVALS_TITLE
+from .rendering.plots_intervals import plot_intervals
+from .rendering.render import ReportData, build_blocks, to_html, to_markdown
+from .statistics.aggregate import DEFAULT_SCORES, metric_score
+from .statistics.aggregate import summarize as summarize_variants
+from .statistics.compare import compare_all
+from .statistics.speed import threshold_ratios
+
+
+class Refusal(Exception):
+    """Nothing to report: the line says why (`twinkle-report: <line>` on stderr)."""
+
+
+def load(dirs: list[Path], out_dir: Path) -> list[Run]:
+    """Every job under `dirs` (the report's own `out_dir` skipped); refuses a missing directory or no jobs."""
+    missing = [d for d in dirs if not d.is_dir()]
+    if missing:
+        raise Refusal(f"no runs found under {missing[0]} (no such directory)")
+    runs = load_runs(dirs, skip=out_dir)
+    if not runs:
+        where = ", ".join(str(d) for d in dirs)
+        raise Refusal(f"no runs found under {where} (no directory holding .hydra/overrides.yaml or run.json)")
+    return runs
+
+
+def group(runs: list[Run], keys: list[str] | None) -> dict[str, list[Run]]:
+    """The runs by variant (by `keys`, the --group-by config keys, when given); repeated seeds flagged."""
+    if keys is not None:
+        try:
+            assign_groups(runs, keys)
+        except GroupByError as exc:
+            raise Refusal(str(exc)) from exc
+    variants = group_by_variant(runs)
+    flag_repeated_seeds(variants)
+    return variants
+
+
+def summarize(
+    dirs: list[Path], runs: list[Run], variants: dict[str, list[Run]], score_keys: list[str], threshold: float
+) -> ReportData:
+    """The statistics, comparisons and diagnostics of the variants; refuses a --score no run logged."""
+    names, shared = legend_labels(variants)
+    scores = DEFAULT_SCORES + tuple(metric_score(key) for key in score_keys)
+    unlogged = [key for key in score_keys if not any(key in run.metrics for run in runs)]
+    if unlogged:
+        raise Refusal(f"--score {unlogged[0]}: no run logged this metric")
+    stats = summarize_variants(runs, threshold, scores)
+    return ReportData(
+        dirs=[d.resolve() for d in dirs],
+        runs=runs,
+        stats=stats,
+        scores=scores,
+        comparisons=compare_all(stats, scores, names),
+        diagnostics=diagnose_sweep(variants) + diagnose_variants(variants),
+        identical=identical_variants(variants),
+        names=names,
+        shared=shared,
+        threshold=threshold,
+        speed=threshold_ratios(stats, names),
+    )
+
+
+def plot(
+    variants: dict[str, list[Run]], data: ReportData, out_dir: Path
+) -> dict[str, tuple[str, Path | None]]:
+    """Every plot into `out_dir` (created here): title -> (its metric, the PNG, or None when skipped)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots = {spec.title: (spec.key, path) for spec, path in plot_all(variants, out_dir).items()}
+    colors = variant_colors(variants)
+    intervals = plot_intervals(data.stats, data.scores, data.names, colors, out_dir)
+    plots[INTERVALS_TITLE] = ("val/accuracy (finished runs)", intervals)
+    return plots
+
+
+def render(data: ReportData, out_dir: Path) -> list[Path]:
+    """report.md and report.html into `out_dir`; every file the report wrote, the plots included."""
+    blocks = build_blocks(data)
+    markdown, page = out_dir / "report.md", out_dir / "report.html"
+    markdown.write_text(to_markdown(blocks) + render_attempts_markdown(data.runs), encoding="utf-8")
+    page.write_text(to_html(blocks), encoding="utf-8")
+    return [markdown, page, *(p for _, p in data.plots.values() if p is not None)]
