@@ -38,9 +38,11 @@ STOP_AT = 60
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     slurm = SlurmCluster(tmp_path_factory.mktemp("slurm"))
-    slurm.start()
-    yield slurm
-    slurm.stop()
+    try:
+        slurm.start()
+        yield slurm
+    finally:  # also when a daemon started and the next did not
+        slurm.stop()
 
 
 @pytest.fixture(scope="module")
