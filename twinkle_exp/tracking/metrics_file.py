@@ -9,12 +9,15 @@ and appends.
 from __future__ import annotations
 
 import csv
+import logging
 import os
 from pathlib import Path
 
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
+
+log = logging.getLogger(__name__)
 
 
 def _write_atomically(path: Path, fieldnames: list[str], rows: list[dict[str, str]]) -> None:
@@ -46,6 +49,15 @@ def truncate_rows(path: Path, keep_rows: int) -> int:
         return 0
     if len(rows) > keep_rows:
         _write_atomically(path, fieldnames, rows[:keep_rows])
+    elif len(rows) < keep_rows:
+        log.warning(
+            "%s holds %d rows, the checkpoint saw %d: rows before it were lost (the file was replaced, or "
+            "a machine that powered off did not write them); the resumed run appends after row %d",
+            path,
+            len(rows),
+            keep_rows,
+            len(rows),
+        )
     return min(len(rows), keep_rows)
 
 
@@ -92,6 +104,18 @@ class MetricsCSVLogger(CSVLogger):
         return self._experiment
 
     def rows_written(self) -> int:
-        """Data rows in metrics.csv once what was logged is flushed (0 on ranks other than global rank 0)."""
+        """Data rows in metrics.csv once what was logged is flushed (0 on ranks other than global rank 0).
+
+        The rows are on disk when this returns: the checkpoint that records their number must not outlive
+        them in a machine that powers off."""
         self.save()
-        return self.experiment.rows if isinstance(self.experiment, _AppendingWriter) else 0
+        if not isinstance(self.experiment, _AppendingWriter):
+            return 0
+        path = Path(self.experiment.metrics_file_path)
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return self.experiment.rows

@@ -138,7 +138,12 @@ class RunStatus:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=2))
+        with open(tmp, "w") as f:
+            f.write(json.dumps(self.data, indent=2))
+            f.flush()
+            os.fsync(
+                f.fileno()
+            )  # on disk before the rename: a machine that powers off leaves one or the other
         os.replace(tmp, self.path)
 
     def finish(self, status: str, error: str | None = None, **extra: Any) -> None:

@@ -5,27 +5,37 @@ memory, a crash in C) is replaced the same way. Either way the call's result is 
 calls go on. A worker that cannot start is an error, never a silent `TIMED_OUT`. Workers are started with
 "spawn", so they share no state (threads, CUDA, locks) with the trainer, and run each call in their main
 thread, where `signal`-based timeouts work.
+
+The signals that stop a run (`STOP_SIGNALS`) are the trainer's: a terminal's Ctrl-C, `timeout` and Slurm
+send them to every process of the group or job, and a worker ended by one would leave the trainer's last
+step without its verdicts (a broken pipe, or calls scored `TIMED_OUT`). Workers ignore them, from their very
+start, and the trainer ends its workers itself: `close`, or SIGKILL when it exits.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import multiprocessing.util
 import signal
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 TIMED_OUT = "timed_out"  # the result of a call that ran out of time or lost its worker
 STARTUP_TIMEOUT_S = 120.0  # spawning a worker and importing what it needs, on a loaded machine
 _READY = "ready"
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2})
 
 
 def _serve(fn: Callable[..., Any], prepare: Callable[[], None] | None, conn: Connection) -> None:
     """Worker loop: prepare, say ready, then answer each (index, args) with (index, (status, value))."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it ends the workers
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked since the fork (see `_Worker`)
     if prepare is not None:
         prepare()
     conn.send(_READY)
@@ -44,13 +54,29 @@ def _serve(fn: Callable[..., Any], prepare: Callable[[], None] | None, conn: Con
         conn.send((index, reply))
 
 
+def _kill(process: mp.process.BaseProcess) -> None:
+    if process.exitcode is None:
+        process.kill()
+        process.join(timeout=5)
+
+
 class _Worker:
     def __init__(self, fn: Callable[..., Any], prepare: Callable[[], None] | None):
         context = mp.get_context("spawn")
         self.conn, child = context.Pipe()
         self.process = context.Process(target=_serve, args=(fn, prepare, child), daemon=True)
-        self.process.start()
+        # Blocked, not lost, from the fork until `_serve` ignores them: a signal to the group while the new
+        # interpreter imports would otherwise end it. This thread gets them once the worker has started.
+        # Starting multiprocessing's resource tracker unblocks SIGINT and SIGTERM: it must be running first.
+        resource_tracker.ensure_running()
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         child.close()
+        # At exit multiprocessing would SIGTERM its daemons (ignored here) and wait for them: kill first.
+        multiprocessing.util.Finalize(self, _kill, args=(self.process,), exitpriority=10)
         self.ready = False
         # Until ready: the start's deadline. Then, while busy: (index of the call, its deadline).
         self.start_deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -84,7 +110,7 @@ class TimeoutPool:
 
     `fn` and `prepare` (run once per worker before its first call, e.g. imports, so that no call is charged
     for them) must be picklable: top-level functions. Workers start on the first `map` and live until
-    `close` (or the trainer's exit: they are daemons). Safe to call from any thread; calls are serialised.
+    `close` (or the trainer's exit, which kills them). Safe to call from any thread; calls are serialised.
     """
 
     def __init__(
