@@ -1,11 +1,17 @@
+import os
 import sys
 from pathlib import Path
+
+# Triton decorates its own `triton.language` helpers (`tl.zeros`, ...) for the interpreter only when
+# TRITON_INTERPRET is set at its first import, and Lightning imports Triton: a test module that imports
+# Lightning before tests/test_fused_logprobs.py is collected would leave them compiled-only ("Cannot call
+# @triton.jit'd outside of the scope of a kernel", Triton 3.9). No test runs Triton other than on CPU.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # Test helper modules (loss_helpers, ...) live beside the tests.
 sys.path.insert(0, str(Path(__file__).parent))
 
 # --- shared fixtures for the end-to-end tests (CLI, Hydra config, Hugging Face policy) --------------------
-import os  # noqa: E402
 import subprocess  # noqa: E402
 
 import pytest  # noqa: E402

@@ -28,15 +28,25 @@ class _TakeBackSignals(L.Callback):
 def signal_at_loss_call(module: PolicyModule, call: int, signum: int = signal.SIGTERM) -> None:
     """Make the module's loss send `signum` to this process on its `call`-th call (1-based): a real signal
     arriving in the middle of an optimizer step."""
-    inner, calls = module.loss_fn, [0]
+    module.loss_fn = _SignalAtCall(module.loss_fn, call, signum)
 
-    def loss(**inputs: Any):
-        calls[0] += 1
-        if calls[0] == call:
-            os.kill(os.getpid(), signum)
-        return inner(**inputs)
 
-    module.loss_fn = loss
+class _SignalAtCall:
+    """The wrapped loss, with what the `LossFn` protocol declares (beta, needs_entropy, entropy_grad)."""
+
+    def __init__(self, inner, call: int, signum: int) -> None:
+        self.inner, self.call, self.signum, self.calls = inner, call, signum, 0
+        self.beta, self.needs_entropy = inner.beta, inner.needs_entropy
+        self.entropy_grad = inner.entropy_grad
+
+    def __getattr__(self, name: str) -> Any:  # anything else the trainer reads (the spec, metric keys)
+        return getattr(self.inner, name)
+
+    def __call__(self, **inputs: Any):
+        self.calls += 1
+        if self.calls == self.call:
+            os.kill(os.getpid(), self.signum)
+        return self.inner(**inputs)
 
 
 def fit_resumable(

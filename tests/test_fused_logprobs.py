@@ -2,8 +2,8 @@
 
 They run on CPU tensors in Triton's interpreter. Triton reads `TRITON_INTERPRET` when `@triton.jit`
 decorates a kernel (here: when `fused_kernels` is first imported) and again in modules it imports lazily
-at the first launch, so it is set at this module's import, during collection, for the whole session; no
-other code here uses Triton on CPU. Tolerances: float32 inputs 1e-5 (both paths compute in float32 from
+at the first launch, and Lightning imports Triton: tests/conftest.py sets it before anything is imported,
+for the whole session (set here too, for a run of this file alone); no other code here uses Triton on CPU. Tolerances: float32 inputs 1e-5 (both paths compute in float32 from
 the same head-dtype tile, differing only in the order of float32 operations); bfloat16 inputs the same on
 the values (the logits tile is the same bfloat16 matmul in both), and on the gradients 2^-6 of the largest
 entry: both round each tile's gradient to bfloat16 (8 significant bits) before its matmul, and a float32
