@@ -26,6 +26,7 @@ from twinkle_exp.parallel.ranks import SameOutputDir, check_data_parallel, check
 from twinkle_exp.parallel.strategy import lightning_strategy
 from twinkle_exp.report.run_summary import print_run_summary, summarize_run
 from twinkle_exp.tasks.prompt_stream import PromptStream, prompts_per_rank
+from twinkle_exp.tracking import provenance
 from twinkle_exp.tracking.loggers import build_loggers
 from twinkle_exp.tracking.metrics_file import truncate_rows
 from twinkle_exp.tracking.progress import RolloutProgressBar
@@ -77,7 +78,7 @@ def build_module(cfg: Config, rank: int = 0) -> tuple[PolicyModule, dict[str, An
         if rank == 0:
             policy.model.to(_warmup_device(cfg.trainer))
         key = cache_key(cfg.policy, cfg.task, cfg.warmup, policy, task)
-        warm = warm_start(policy, task, cfg.warmup, key, trains=rank == 0)
+        warm = {**warm_start(policy, task, cfg.warmup, key, trains=rank == 0), "key": key}
     module = policy_module(cfg, policy, task)
     return module, warm
 
@@ -125,6 +126,15 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
         reference_digest = weights_digest(module.reference)
         resume.check_reference(start, reference_digest)
         run_info.update(reference_digest=reference_digest, warmup=warm)
+        session.record_provenance(
+            provenance.collect(
+                seed=typed.seed,
+                warmup_seed=typed.warmup.seed if typed.warmup.enabled else None,
+                device=trainer.strategy.root_device,
+                warm_start_key=warm.get("key"),
+                reference_digest=reference_digest,
+            )
+        )
 
         _fit(trainer, module, typed, session)
         for logger in loggers:

@@ -90,6 +90,11 @@ class RunSession:
         assert self.status is not None, "begin() first"
         end_stopped_run(self.status, self.job, signum, step, checkpoint, self.is_slurm, reason)
 
+    def record_provenance(self, provenance: dict[str, Any]) -> None:
+        """run.json records what produced the run (`tracking.provenance`), before training starts."""
+        assert self.status is not None, "begin() first"
+        self.status.record(provenance=provenance)
+
     def finish(self, final: dict[str, Any]) -> None:
         assert self.status is not None, "begin() first"
         self.status.finish("finished", final=final)

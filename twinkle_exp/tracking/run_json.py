@@ -146,6 +146,11 @@ class RunStatus:
             )  # on disk before the rename: a machine that powers off leaves one or the other
         os.replace(tmp, self.path)
 
+    def record(self, **fields: Any) -> None:
+        """Add top-level `fields` (a resumed attempt replaces what the earlier one recorded)."""
+        self.data.update(fields)
+        self._write()
+
     def finish(self, status: str, error: str | None = None, **extra: Any) -> None:
         wall = round(time.time() - self.started, 2)
         self.attempt.update(status=status, error=error, wall_time_s=wall)

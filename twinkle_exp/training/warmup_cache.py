@@ -2,7 +2,8 @@
 
 Jobs of a sweep share one warm-start. The key covers the content it was trained on (the task's data files,
 the tokenizer's vocabulary, the model's config), not only their names, so editing a data file in place
-retrains it. Files are written atomically (temp file + rename) and readable by the group; one job trains
+retrains it, and the source of the code that builds it (`WARM_START_CODE`: the warm-start loop, the models, the
+tokenizers, the tasks' prompts and gold completions), so a change there retrains it too. Files are written atomically (temp file + rename) and readable by the group; one job trains
 while the others wait on a lock; an unreadable or foreign file is rebuilt with a warning naming it.
 """
 
@@ -27,7 +28,11 @@ from twinkle_exp.tasks import Task
 
 log = logging.getLogger(__name__)
 __all__ = ["cache_key", "load", "locked", "save"]
-CACHE_FORMAT = 2  # bump when the warm-start procedure or the key changes, so old files are not reused
+CACHE_FORMAT = 2  # bump when the key's layout changes, so old files are not reused
+_PACKAGE = Path(__file__).resolve().parents[1]
+# Relative to the package: what the warm-start's weights depend on besides the config and the data files.
+# A comment edited there retrains it too: a wasted minute beats a cache that outlives the code it came from.
+WARM_START_CODE = ("training/warmup.py", "models", "tasks", "policy")
 
 
 def _json(value: Any) -> bytes:
@@ -48,6 +53,17 @@ def _vocabulary(tokenizer: Any) -> Any:
     return [tokenizer.decode([i], skip_special_tokens=False) for i in range(tokenizer.vocab_size)]
 
 
+def code_digest() -> str:
+    """sha256 over the source files of `WARM_START_CODE`, with their paths, in a fixed order."""
+    digest = hashlib.sha256()
+    for entry in WARM_START_CODE:
+        root = _PACKAGE / entry
+        for path in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
+            digest.update(str(path.relative_to(_PACKAGE)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def cache_key(policy_cfg: dict, task_cfg: dict, warmup: WarmupConfig, policy: Policy, task: Task) -> str:
     """Digest of the policy's and task's resolved configs, the procedure, and the content they stand for."""
     digest = hashlib.sha256(_json({"format": CACHE_FORMAT, "policy": policy_cfg, "task": task_cfg}))
@@ -55,6 +71,7 @@ def cache_key(policy_cfg: dict, task_cfg: dict, warmup: WarmupConfig, policy: Po
     digest.update(_json({k: v for k, v in procedure.items() if k not in ("cache_dir", "enabled")}))
     digest.update(_json(_model_config(policy.model)))
     digest.update(_json(_vocabulary(policy.tokenizer)))
+    digest.update(code_digest().encode())
     for path in task.data_files():
         digest.update(Path(path).read_bytes())
     return digest.hexdigest()[:16]
