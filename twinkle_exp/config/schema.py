@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from twinkle_exp.loss.advantages import SCALES
+from twinkle_exp.loss.advantages import ESTIMATORS, SCALES
 from twinkle_exp.loss.params import (
     at_most,
     finite,
@@ -102,9 +102,26 @@ class RolloutConfig:
 
 
 @dataclass
-class AdvantageConfig:
-    scale: str = param("group", one_of(SCALES))  # group | batch | none
+class AdvantageConfig(Related):
+    # Which estimator turns rewards into advantages (loss/advantages/: one file each). `advantage=group`,
+    # `batch` and `unscaled` are group_relative at its three scales; the other options name an estimator.
+    estimator: str = param("group_relative", one_of(tuple(ESTIMATORS)))
+    scale: str = param(
+        "group", one_of(SCALES)
+    )  # group | batch | none: group_relative's (passk: group | none)
     eps: float = param(1e-6, non_negative)
+    positive_weight: float = param(0.1, positive)  # w_reinforce's lambda, the weight of correct samples
+
+    @staticmethod
+    def relations(c: Mapping[str, Any]) -> list[str]:
+        """An estimator takes only the scales it defines (the others compare rewards without dividing)."""
+        scales = ESTIMATORS[c["estimator"]].scales
+        if c["scale"] not in scales:
+            return [
+                f"advantage.scale={c['scale']}: advantage.estimator={c['estimator']} takes "
+                f"{' or '.join(scales)} (scale is group_relative's choice of divisor)"
+            ]
+        return []
 
 
 @dataclass

@@ -30,6 +30,7 @@ from twinkle_exp.config.schema import (
     WarmupConfig,
 )
 from twinkle_exp.loss import LOSSES
+from twinkle_exp.loss.advantages import ESTIMATORS
 from twinkle_exp.policy.build import POLICIES
 from twinkle_exp.tasks import TASKS
 
@@ -109,6 +110,11 @@ def register_configs() -> None:
             cs.store(group=f"schema/{group}", name=name, node=node)
     for group, node in TYPED_GROUPS.items():
         cs.store(group=f"schema/{group}", name="base", node=node)
+    # `advantage=<estimator>` for every registered estimator but group_relative, whose three scales are the
+    # yaml files conf/advantage/{group,batch,unscaled}.yaml.
+    for name in ESTIMATORS:
+        if name != "group_relative":
+            cs.store(group="advantage", name=name, node=AdvantageConfig(estimator=name))
 
 
 # Groups whose options are classes or factories: they reach the code as resolved dicts for `instantiate`.

@@ -14,7 +14,7 @@ from twinkle_exp.config.schema import AdvantageConfig, OptimConfig, RolloutConfi
 from twinkle_exp.lifecycle import rng_state, signals
 from twinkle_exp.lifecycle.nonfinite import NonFiniteGuard
 from twinkle_exp.loss import LossFn
-from twinkle_exp.loss.advantages import group_advantages
+from twinkle_exp.loss.advantages import AdvantageSettings, estimate
 from twinkle_exp.models.hf import set_update_mode
 from twinkle_exp.models.lora import is_lora, trainable_parameters, trainable_state_dict
 from twinkle_exp.parallel import collectives
@@ -262,13 +262,16 @@ class PolicyModule(L.LightningModule):
             rewards = torch.full((len(rollout.completions),), float("nan"))
             # Every reward function's column, so that every rank gathers the same columns.
             per_fn = {rf.name: rewards.clone() for rf in self.rewards.functions}
-        # Every rank computes the advantages of the global batch (its groups are whole, so only
-        # advantage=batch's std needs the others' rewards) and trains on its own rows.
+        # Every rank computes the advantages of the global batch (its groups are whole, so only the
+        # batch-level estimators, advantage=batch's std and REINFORCE++'s whitening, need the others' rows)
+        # and trains on its own rows.
         everyone = RolloutRows(rewards, per_fn, rollout.completion_lengths, rollout.truncated).gathered()
         if non_finite is None and not torch.isfinite(everyone.rewards).all():
             non_finite = "reward"  # another rank's: every rank skips the same steps
         finite = torch.nan_to_num(everyone.rewards, nan=0.0, posinf=0.0, neginf=0.0)
-        adv = group_advantages(finite, rollout.group_size, self.advantage_cfg.scale, self.advantage_cfg.eps)
+        a = self.advantage_cfg
+        settings = AdvantageSettings(scale=a.scale, eps=a.eps, positive_weight=a.positive_weight)
+        adv = estimate(a.estimator, finite, rollout.group_size, everyone.lengths, settings)
         if non_finite is None and not torch.isfinite(adv.advantages).all():
             non_finite = "advantage"
         opt = self.optim_cfg
