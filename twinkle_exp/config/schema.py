@@ -75,6 +75,10 @@ class RewardConfig:
     functions: dict[str, Any] = field(default_factory=dict)
     # The most a completion cut off at max_new_tokens without EOS can score; null: no cap.
     truncated_max: float | None = param(0.0, optional(finite))
+    # DAPO's soft overlong punishment (rewards/overlong.py): a penalty rising linearly to `overlong_penalty`
+    # over the last `overlong_buffer` tokens of rollout.max_new_tokens; 0 tokens: off.
+    overlong_buffer: int = param(0, int_at_least(0))
+    overlong_penalty: float = param(1.0, non_negative)
 
     def __post_init__(self) -> None:
         self.functions = {
@@ -258,9 +262,16 @@ class Config(Related):
         """An optimizer step needs at least one sample of the rollout."""
         rows = c["rollout"]["prompts_per_step"] * c["rollout"]["group_size"]
         minibatches = c["optim"]["num_minibatches"]
+        problems = []
         if isinstance(minibatches, int) and minibatches > rows:
-            return [
+            problems.append(
                 f"optim.num_minibatches={minibatches}: a rollout has only {rows} samples "
                 f"(rollout.prompts_per_step x rollout.group_size); use at most {rows}"
-            ]
-        return []
+            )
+        buffer, budget = c["reward"].get("overlong_buffer", 0), c["rollout"]["max_new_tokens"]
+        if isinstance(buffer, int) and isinstance(budget, int) and buffer > budget:
+            problems.append(
+                f"reward.overlong_buffer={buffer}: longer than the sampler's budget "
+                f"rollout.max_new_tokens={budget}; use at most {budget}"
+            )
+        return problems

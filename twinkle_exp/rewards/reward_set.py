@@ -27,8 +27,10 @@ from typing import Any
 import torch
 
 from twinkle_exp.errors import UserError
+from twinkle_exp.rewards.overlong import OverlongShaping
 
 RewardFn = Callable[[list[str], list[str], list[str]], list[float]]
+OVERLONG_TERM = "overlong_penalty"  # the overlong penalty's column beside the functions' (train/rewards/...)
 
 
 class NonFiniteRewardError(UserError):
@@ -63,9 +65,15 @@ class RewardSet:
 
     `truncated_max` caps the total reward of a completion cut off at the sampler's budget without EOS (0.0 by
     default: such a completion is never exact, even when its text matches); None scores it like any other.
+    `overlong` (None: off) then adds DAPO's length penalty (`rewards.overlong`), reported as its own term.
     """
 
-    def __init__(self, functions: Sequence[RewardFunction], truncated_max: float | None = 0.0) -> None:
+    def __init__(
+        self,
+        functions: Sequence[RewardFunction],
+        truncated_max: float | None = 0.0,
+        overlong: OverlongShaping | None = None,
+    ) -> None:
         functions = list(functions)
         if not functions:
             raise ValueError("RewardSet needs at least one reward function")
@@ -75,9 +83,14 @@ class RewardSet:
             raise ValueError(f"reward function names must be unique, repeated: {duplicates}")
         self.functions = functions
         self.truncated_max = truncated_max
+        self.overlong = overlong
         # What the functions reported about the latest call (summed over functions sharing a key); each
         # call replaces it, so read it right after the call it belongs to.
         self.last_metrics: dict[str, float] = {}
+
+    def columns(self) -> list[str]:
+        """The names of the raw values a call returns: each function's, then the overlong penalty's."""
+        return [f.name for f in self.functions] + ([OVERLONG_TERM] if self.overlong is not None else [])
 
     def verdict(self) -> RewardFunction | None:
         """The first function that marks itself `is_verdict` (1.0: correct), or None when none does."""
@@ -89,10 +102,12 @@ class RewardSet:
         completions: list[str],
         answers: list[str],
         truncated: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Returns (total `[N]` float32 weighted sum, {name: raw values `[N]` float32}).
 
         `truncated` `[N]` bool marks completions without EOS; their total is capped at `truncated_max`.
+        `lengths` `[N]` completion tokens: the overlong penalty's input (required when it is on).
         """
         n = len(completions)
         if len(prompts) != n or len(answers) != n:
@@ -119,6 +134,12 @@ class RewardSet:
         self.last_metrics = reported
         if truncated is not None and self.truncated_max is not None:
             total = torch.where(truncated.cpu(), total.clamp(max=self.truncated_max), total)
+        if self.overlong is not None:
+            if lengths is None:
+                raise ValueError("the overlong penalty needs the completions' lengths")
+            penalty = self.overlong(lengths.cpu())
+            raw[OVERLONG_TERM] = penalty.to(torch.float32)
+            total = total + penalty
         total32 = total.to(torch.float32)
         if not torch.isfinite(total32).all():
             raise NonFiniteRewardError(
@@ -146,7 +167,9 @@ def _checked(name: str, values: object, n: int) -> torch.Tensor:
     return values_t
 
 
-def build_rewards(functions: Mapping[str, Any], truncated_max: float | None) -> RewardSet:
+def build_rewards(
+    functions: Mapping[str, Any], truncated_max: float | None, overlong: OverlongShaping | None = None
+) -> RewardSet:
     """The `reward` config group's terms (`{name: term}`, each with a Hydra node `fn` (`_target_`) and a
     `weight`), and its `truncated_max`. Takes the group's fields, not its schema: rewards/ imports no config."""
     from hydra.utils import instantiate
@@ -167,4 +190,6 @@ def build_rewards(functions: Mapping[str, Any], truncated_max: float | None) -> 
                 f"fn(prompts, completions, answers) (a plain function needs `_partial_: true`)"
             )
         terms.append(RewardFunction(name=str(name), fn=fn, weight=term.weight))
-    return RewardSet(terms, truncated_max=truncated_max)
+    if OVERLONG_TERM in functions and overlong is not None:
+        raise UserError(f"reward.functions.{OVERLONG_TERM}: that name is the overlong penalty's; rename it")
+    return RewardSet(terms, truncated_max=truncated_max, overlong=overlong)

@@ -60,7 +60,9 @@ def greedy_totals(
         )
         matches = None
         try:
-            total, raw = rewards(prompts, decoded.completions, answers, decoded.truncated)
+            total, raw = rewards(
+                prompts, decoded.completions, answers, decoded.truncated, decoded.completion_lengths
+            )
             reward_sum += float(total.sum())
             matches = _verdicts(rewards, raw)
         except NonFiniteRewardError:  # the accuracy still counts; the mean reward is NaN, as its inputs

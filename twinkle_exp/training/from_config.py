@@ -8,6 +8,7 @@ from hydra.utils import instantiate
 from twinkle_exp.config.schema import Config
 from twinkle_exp.policy.build import Policy, with_task_prompt_format
 from twinkle_exp.rewards import build_rewards
+from twinkle_exp.rewards.overlong import OverlongShaping
 from twinkle_exp.tasks import Task
 from twinkle_exp.training.module import PolicyModule
 
@@ -20,12 +21,21 @@ def policy_and_task(cfg: Config) -> tuple[Policy, Task]:
     return with_task_prompt_format(policy, task), task
 
 
+def overlong_shaping(cfg: Config) -> OverlongShaping | None:
+    """DAPO's overlong penalty over the last `reward.overlong_buffer` tokens of the budget (0: off)."""
+    if cfg.reward.overlong_buffer == 0:
+        return None
+    return OverlongShaping(
+        cfg.rollout.max_new_tokens, cfg.reward.overlong_buffer, cfg.reward.overlong_penalty
+    )
+
+
 def policy_module(cfg: Config, policy: Policy, task: Task) -> PolicyModule:
     """`policy` (warm-started or not) and `task` with the config's rewards, loss and settings."""
     return PolicyModule(
         policy,
         task,
-        build_rewards(cfg.reward.functions, cfg.reward.truncated_max),
+        build_rewards(cfg.reward.functions, cfg.reward.truncated_max, overlong_shaping(cfg)),
         instantiate(cfg.loss),
         rollout=cfg.rollout,
         advantage=cfg.advantage,

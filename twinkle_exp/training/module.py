@@ -250,7 +250,9 @@ class PolicyModule(L.LightningModule):
         prompts, answers = rollout.per_row(batch["prompts"]), rollout.per_row(batch["answers"])
         non_finite = None
         try:
-            rewards, per_fn = self.rewards(prompts, rollout.completions, answers, rollout.truncated)
+            rewards, per_fn = self.rewards(
+                prompts, rollout.completions, answers, rollout.truncated, rollout.completion_lengths
+            )
         except NonFiniteRewardError as exc:
             # The rollout's steps are skipped (and counted); its advantages only need to exist.
             log.warning(
@@ -261,7 +263,7 @@ class PolicyModule(L.LightningModule):
             non_finite = "reward"
             rewards = torch.full((len(rollout.completions),), float("nan"))
             # Every reward function's column, so that every rank gathers the same columns.
-            per_fn = {rf.name: rewards.clone() for rf in self.rewards.functions}
+            per_fn = {name: rewards.clone() for name in self.rewards.columns()}
         # Every rank computes the advantages of the global batch (its groups are whole, so only the
         # batch-level estimators, advantage=batch's std and REINFORCE++'s whitening, need the others' rows)
         # and trains on its own rows.
