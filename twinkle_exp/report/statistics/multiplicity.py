@@ -85,7 +85,7 @@ class Family:
     def describe(self) -> str:
         """ "six_losses: 15 pairs x 2 scores = 30 tests, Holm" (or "29 tests over 15 pairs and 2 scores")."""
         pairs, scores = len(self.pairs), len(self.scores)
-        shape = f"{pairs} pairs x {scores} scores = {self.size} tests"
+        shape = f"{pairs} {'pair' if pairs == 1 else 'pairs'} x {scores} {'score' if scores == 1 else 'scores'} = {self.size} tests"
         if pairs * scores != self.size:
             shape = f"{self.size} tests over {pairs} pairs and {scores} scores"
         if self.size == 1:
