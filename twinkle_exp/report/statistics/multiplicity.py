@@ -71,7 +71,8 @@ class Family:
 
     @property
     def pairs(self) -> tuple[tuple[str, str], ...]:
-        return tuple(dict.fromkeys((a, b) for a, b, _ in self.members))
+        # Unordered: a report orients each pair by the higher mean, which may differ from score to score.
+        return tuple(dict.fromkeys(tuple(sorted((a, b))) for a, b, _ in self.members))
 
     @property
     def scores(self) -> tuple[str, ...]:
