@@ -12,9 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from stats_simulation import SIGMA
+
+from twinkle_exp import metric_names as M
 from twinkle_exp.report.__main__ import main
+from twinkle_exp.report.findings.__main__ import main as findings_main
 from twinkle_exp.report.loading.runs import Run
 from twinkle_exp.report.statistics.aggregate import AUC, DEFAULT_SCORES, FINAL_ACCURACY, VariantStats
 from twinkle_exp.report.statistics.comparisons import compare_all
@@ -124,7 +126,12 @@ def provenance(commit: str = COMMIT, seed: int = 0, threads: int = 2) -> dict:
 
 
 def write_run(
-    sweep: Path, variant: str, seed: int, curve: list[tuple[int, float]], record: dict | None = None
+    sweep: Path,
+    variant: str,
+    seed: int,
+    curve: list[tuple[int, float]],
+    record: dict | None = None,
+    key: str = "val/accuracy",
 ) -> None:
     """A finished job as the trainer leaves it: overrides, run.json (with `record` as its provenance),
     and a metrics.csv holding the validation curve."""
@@ -137,7 +144,7 @@ def write_run(
         info["provenance"] = record
     (job / "run.json").write_text(json.dumps(info))
     rows = "".join(f"{step},{value}\n" for step, value in curve)
-    (job / "metrics.csv").write_text("step,val/accuracy\n" + rows)
+    (job / "metrics.csv").write_text(f"step,{key}\n" + rows)
 
 
 def write_sweep(root: Path, scores: np.ndarray, paired: bool = True) -> Path:
@@ -268,3 +275,23 @@ def test_adjust_and_margin_options(tmp_path: Path, capsys) -> None:
     assert main([str(sweep), "--margin", "AUCC=0.05"]) == 2
     assert "--margin AUCC=0.05: no such score in this report" in capsys.readouterr().err
     assert main([str(sweep), "--margin", "AUC=-1"]) == 2
+
+
+def test_the_findings_command_speaks_the_new_vocabulary(tmp_path: Path, capsys) -> None:
+    """drgrpo_length through `python -m twinkle_exp.report.findings`: GRPO's wrong answers grow by 4 tokens,
+    Dr.GRPO's do not: "different" (the paper's direction), a single test, not adjusted."""
+    sweep = tmp_path / "sweep"
+    rng = np.random.default_rng(0)
+    for seed in range(5):
+        for loss, growth in (("grpo", 4.0), ("drgrpo", 0.0)):
+            values = 10 + growth * np.linspace(0, 1, 40) + rng.normal(0, 0.3, 40)
+            curve = [(4 * i, float(v)) for i, v in enumerate(values)]
+            write_run(sweep, loss, seed, curve, provenance(seed=seed), key=M.COMPLETION_LENGTH_INCORRECT)
+    assert findings_main([str(sweep), "--finding", "drgrpo_length"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("drgrpo_length: different: difference ")
+    page = (sweep / "findings" / "findings.md").read_text()
+    assert "### drgrpo_length: different" in page and "paired t interval" in page
+    assert "a single pre-declared primary test, not adjusted" in page
+    for old in ("reproduced", "bootstrap", "permutation p"):
+        assert old not in page
