@@ -10,6 +10,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from ..loading.provenance import HEADERS as PROVENANCE_HEADERS
 from ..statistics.verdicts import PairVerdict
 from .render import ReportData
 
@@ -67,6 +68,7 @@ def write_verdicts(d: ReportData, out_dir: Path) -> list[Path]:
         "margins": dict(c.margins),
         "spans": {name: {"low": span.low, "high": span.high} for name, span in d.spans.items()},
         "provenance": {
+            "table": [dict(zip(PROVENANCE_HEADERS, row, strict=True)) for row in d.provenance.rows],
             "mixed": {key: [list(v) for v in values] for key, values in d.provenance.mixed.items()},
             "unknown": d.provenance.unknown,
         },
