@@ -20,7 +20,8 @@ EXIT_DATA_PROBLEMS = 3  # with --strict: the report was written, but some files 
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The command line as a Namespace: dirs [Path], group_by [str] | None, score [str], threshold, out, strict."""
+    """The command line as a Namespace: dirs [Path], group_by [str] | None, score [str], threshold, out,
+    adjust, margin {score: value}, allow_mixed_provenance, strict."""
     parser = argparse.ArgumentParser(
         prog="twinkle-report",
         description="Compare the variants of one or more sweeps: interval estimates over seeds, pairwise "
@@ -107,7 +108,8 @@ def parse_margin(parser: argparse.ArgumentParser, text: str) -> tuple[str, float
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the report; returns the exit status (0, EXIT_NO_RUNS on a usage error or no runs, EXIT_DATA_PROBLEMS)."""
+    """Run the report; returns the exit status (0; EXIT_NO_RUNS on a usage error, no runs or runs of mixed
+    provenance; EXIT_DATA_PROBLEMS)."""
     try:
         args = parse_args(argv)
     except SystemExit as exc:  # --help or a usage error: argparse printed it; return its code like any other
