@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib.image import imread
+from scipy import stats
 
 from twinkle_exp.report.__main__ import main
 from twinkle_exp.report.loading.metrics_csv import read_metrics
@@ -157,44 +158,70 @@ def test_report_numbers_files_and_statuses(sweep: Path, capsys) -> None:
     text = (out / "report.md").read_text()
     rows = md_rows(text)
     assert "All variants share trainer.max_steps=10; comparisons and plots leave it out" in text
-    # grpo: finals 0.6, 0.7 -> 65.0; two seeds: every bootstrap mean lies in 0.6..0.7, each end with
-    # probability 1/4, so the 95% percentile interval is [60, 70]. AUC: (5 (0.1+0.4)/2 + 5 (0.4+0.6)/2) / 10
-    # = 0.375 and 0.475 -> 42.5 [37.5, 47.5]. Threshold at steps 10 and 5 -> 7.5; KL 0.02, 0.04 -> 0.03.
+    # AUC over steps 0-8, the span every finished run covers (sapo's seed 1 stops at 8): grpo seed 0 is
+    # (5 (0.1 + 0.4) / 2 + 3 (0.4 + 0.52) / 2) / 8 = 0.32875 (0.52 interpolated at step 8), seed 1 0.42875.
+    # Two seeds: t(0.975, 1) = 12.71 times se 0.05 reaches past [0, 100], where the interval is cut.
+    # Final: 0.6, 0.7 -> 65.0, 65 - 63.5 = 1.5. Steps to 50% within step 8 (the earliest last validation):
+    # seed 0 reached it at 10 (counts 8), seed 1 at 5 -> 6.5, 1 of 2 by step 8; KL 0.02, 0.04 -> 0.03.
     assert rows[GRPO_SHORT] == [  # AUC first: the headline score; then final accuracy
         GRPO_SHORT,
         "2/4",
-        "42.5 [37.5, 47.5]",
-        "42.5 [37.5, 47.5]",  # IQM = mean with fewer than 4 seeds
-        "65.0 [60.0, 70.0]",
-        "65.0 [60.0, 70.0]",
-        "7.5 (2/2)",
+        "37.9 [0.0, 100.0]",
+        "37.9",  # IQM = mean with fewer than 4 seeds
+        "65.0 [1.5, 100.0]",
+        "65.0",
+        "6.5 [0.0, 8.0] (1/2 by step 8)",
         "0.03",
         "2 min 30 s",
     ]
-    # sapo: finals 0.3, 0.55; AUC 2.0/10 = 0.2 and (5 0.15 + 3 0.425)/8 = 0.253125; only seed 1 reaches 0.5,
-    # at step 8; beta=0 so no KL.
+    # sapo: AUC 1.44 / 8 = 0.18 and (0.75 + 1.275) / 8 = 0.253125; finals 0.3, 0.55; only seed 1 reaches 0.5,
+    # at step 8, and seed 0 never does (counts 8); beta=0 so no KL.
     assert rows[SAPO_SHORT][2:7] == [
-        "22.7 [20.0, 25.3]",
-        "22.7 [20.0, 25.3]",
-        "42.5 [30.0, 55.0]",
-        "42.5 [30.0, 55.0]",
-        "8.0 (1/2)",
+        "21.7 [0.0, 68.1]",
+        "21.7",
+        "42.5 [0.0, 100.0]",
+        "42.5",
+        "8.0 [8.0, 8.0] (1/2 by step 8)",
     ]
     assert rows[SAPO_SHORT][7:] == ["–", "1 min 00 s"]
+    assert "AUC over steps 0-8, the span every finished run covers" in text
     # The page says it leaves the shared override out of the names: nowhere do the full labels appear.
     assert GRPO not in text and SAPO not in text
     assert rows["grpo/seed=0"][1] == GRPO_SHORT
 
-    # One pair per score, oriented best first, with 2 vs 2 seeds: never a verdict of "higher".
+    # One pair per score, oriented best first; the family of 1 pair x 2 scores is stated, Holm-adjusted.
+    assert "Family: every pair on every score, 1 pair x 2 scores = 2 tests, Holm" in text
     pair = f"{GRPO_SHORT} vs {SAPO_SHORT}"
     pairs = md_rows(md_section(text, "Pairwise comparisons: final accuracy"))
-    # Both grpo seeds (0.6, 0.7) beat both sapo seeds (0.3, 0.55): P = 1 in every resample, yet 2 vs 2
-    # seeds cannot make a permutation test reach p < 0.05, so no difference is called.
-    assert pairs[pair][1] == "1.00 [1.00, 1.00]"
-    # Differences of resampled means range over 0.6 - 0.55 .. 0.7 - 0.3, each end with probability 1/16.
-    assert pairs[pair][2] == "+22.5 [+5.0, +40.0] pp"
-    assert pairs[pair][3] == "0.333" and pairs[pair][4].startswith("not distinguishable")
-    assert "smallest possible p 0.33" in text  # 2 / C(4, 2)
+    welch = stats.ttest_ind([0.6, 0.7], [0.3, 0.55], equal_var=False)
+    low, high = welch.confidence_interval()
+    assert pairs[pair][1] == "Welch t, 2 vs 2 seeds"  # these runs record no provenance: never paired
+    assert pairs[pair][2] == f"+22.5 [{low * 100:+.1f}, {high * 100:+.1f}] pp"
+    # Holm over two tests: the larger raw p of the two is the adjusted one, the smaller doubled.
+    auc_p = stats.ttest_ind([0.32875, 0.42875], [0.18, 0.253125], equal_var=False).pvalue
+    assert float(pairs[pair][3]) == pytest.approx(max(welch.pvalue, min(1, 2 * auc_p)), rel=1e-2)
+    # Both grpo seeds beat both sapo seeds: P(improvement) = 1, at its bound, with a non-degenerate interval.
+    assert pairs[pair][4].startswith("1.00 [0.39, 1.00] (at its bound)")
+    assert pairs[pair][5] == "±2.0 pp" and pairs[pair][8] == "inconclusive"
+    assert "inconclusive: difference +22.5" in text and "seeds per variant" in text
+    for old in ("not distinguishable", "higher", "seeds needed", "bootstrap"):
+        assert old not in md_section(text, "Pairwise comparisons: final accuracy")
+    assert "⚠ 4 runs record no provenance" in md_section(text, "Provenance")
+
+    verdicts = list(csv.DictReader((out / "verdicts.csv").open()))
+    assert [(r["score"], r["verdict"], r["paired"]) for r in verdicts] == [
+        ("AUC", "inconclusive", "False"),
+        ("final accuracy", "inconclusive", "False"),
+    ]
+    assert float(verdicts[1]["p_raw"]) == pytest.approx(welch.pvalue)
+    assert float(verdicts[1]["low"]) == pytest.approx(low) and verdicts[1]["margin"] == "0.02"
+    document = json.loads((out / "verdicts.json").read_text())
+    assert document["family"]["size"] == 2 and document["family"]["adjustment"] == "holm"
+    grpo_final = next(
+        r for r in document["scores"] if r["variant"] == GRPO_SHORT and r["score"] == "final accuracy"
+    )
+    assert grpo_final["values"] == pytest.approx([0.6, 0.7]) and grpo_final["seeds"] == [0, 1]
+    assert document["steps_to_threshold"][0]["fraction_reached"] == 0.5
 
     assert rows["grpo/seed=2"][3] == "running"
     assert rows["grpo/seed=3"][3] == "not started"
@@ -213,11 +240,11 @@ def test_report_numbers_files_and_statuses(sweep: Path, capsys) -> None:
     embedded = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert len(embedded) == 5
     assert base64.b64decode(embedded[0]) == (out / "val_accuracy.png").read_bytes()
-    assert "65.0 [60.0, 70.0]" in page and "CUDA out of memory" in page
+    assert "65.0 [1.5, 100.0]" in page and "CUDA out of memory" in page
     assert GRPO not in page and f"<td>{GRPO_SHORT}</td>" in page
 
     captured = capsys.readouterr()
-    assert "65.0 [60.0," in captured.out and str(out / "report.html") in captured.out
+    assert "65.0 [1.5," in captured.out and str(out / "report.html") in captured.out
     assert "data problem:" in captured.err and "cut short" in captured.err
 
 
@@ -225,12 +252,14 @@ def test_summary_values_and_threshold(sweep: Path) -> None:
     stats = {s.label: s for s in summarize(load_runs([sweep]), threshold=0.5)}
     grpo, sapo = stats[GRPO], stats[SAPO]
     assert grpo.final_accuracy == pytest.approx([0.6, 0.7])
-    assert grpo.scores["AUC"] == pytest.approx([0.375, 0.475])
-    assert grpo.estimates["final accuracy/mean"].value == pytest.approx(0.65)
+    assert grpo.scores["AUC"] == pytest.approx([0.32875, 0.42875])  # over steps 0-8, the shared span
+    assert grpo.estimates["final accuracy"].value == pytest.approx(0.65)
     assert grpo.kl_mean == pytest.approx(0.03) and sapo.kl_mean is None
-    assert sapo.steps_to_threshold == [8] and sapo.evaluated == 2
+    assert sapo.threshold.reached == 1 and sapo.threshold.runs == sapo.evaluated == 2
+    assert sapo.threshold.horizon == 8 and sapo.threshold.value == pytest.approx(8.0)
     strict = {s.label: s for s in summarize(load_runs([sweep]), threshold=0.65)}
-    assert strict[GRPO].steps_to_threshold == [10] and strict[SAPO].steps_to_threshold == []
+    # grpo's seed 1 gets to 0.7 at step 10, past the horizon: no run reached 65% by step 8.
+    assert strict[GRPO].threshold.reached == 0 and strict[SAPO].threshold.reached == 0
 
 
 def test_loader_sparse_duplicate_and_truncated_rows(sweep: Path) -> None:
@@ -306,9 +335,11 @@ def test_curve_forward_fills_within_each_runs_range() -> None:
     assert c.steps.tolist() == [0, 4, 5, 8, 10]
     # step 4: seed 0 still at 0.1; step 10: seed 1 stopped at 8, so only seed 0 counts.
     np.testing.assert_allclose(c.mean, [0.05, 0.2, 0.25, 0.375, 0.3])
-    # Band: the bootstrap interval of the mean of 2 seeds is their min..max; with 1 seed there is none.
-    np.testing.assert_allclose(c.low, [0.0, 0.1, 0.2, 0.2, np.nan])
-    np.testing.assert_allclose(c.high, [0.1, 0.3, 0.3, 0.55, np.nan])
+    # Band: the t interval of the mean of the 2 seeds at each step; with 1 seed there is none.
+    pairs = [(0.1, 0.0), (0.1, 0.3), (0.2, 0.3), (0.2, 0.55)]
+    expected = [stats.t.interval(0.95, 1, np.mean(p), stats.sem(p)) for p in pairs]
+    np.testing.assert_allclose(c.low, [lo for lo, _ in expected] + [np.nan])
+    np.testing.assert_allclose(c.high, [hi for _, hi in expected] + [np.nan])
 
 
 def test_missing_metric_skips_plot_and_out_dir(tmp_path: Path) -> None:
@@ -362,10 +393,11 @@ def test_group_by_merges_seeds_across_sweep_directories(tmp_path: Path) -> None:
     assert main([str(first), str(later), "--group-by", "loss,loss.tau", "--out", str(out)]) == 0
     rows = md_rows((out / "report.md").read_text())
     # sapo: seeds 0, 1 from the first sweep and seed 2 from the later one (tau written 0.50 there, 0.5 in
-    # its config): 0.5, 0.6, 0.7 -> 60.0, and with 3 seeds the percentile interval is min..max.
+    # its config): 0.5, 0.6, 0.7 -> 60.0 +- t(0.975, 2) 4.30 x se 0.0577 = 24.8.
     sapo, grpo = rows["loss=sapo, loss.tau=0.5"], rows["loss=grpo"]
-    assert [sapo[1], sapo[4]] == ["3/3", "60.0 [50.0, 70.0]"]  # seeds, final accuracy (after the AUC columns)
-    assert [grpo[1], grpo[4]] == ["2/2", "35.0 [30.0, 40.0]"]  # GRPO has no tau: left out of its label
+    assert [sapo[1], sapo[4]] == ["3/3", "60.0 [35.2, 84.8]"]  # seeds, final accuracy (after the AUC columns)
+    # GRPO has no tau: left out of its label. 0.3, 0.4 -> 35.0 +- 12.71 x 0.05, cut at 0.
+    assert [grpo[1], grpo[4]] == ["2/2", "35.0 [0.0, 98.5]"]
     assert "first/0_loss=sapo" in rows and "later/0_loss=sapo" in rows  # job names relative to multirun/
 
 

@@ -1,5 +1,4 @@
-"""The cross-variant checks (ceiling, scalar normaliser), the steps-to-threshold ratios and the findings'
-verdicts, each on synthetic runs built for it, and silent on a default-like sweep (issue 20, items 3 and 5)."""
+"""The cross-variant checks (ceiling, scalar normaliser), steps to threshold and the findings' verdicts, each on synthetic runs built for it, and silent on a default-like sweep (issue 20, items 3 and 5)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ from twinkle_exp.report.findings.claims import CLAIMS
 from twinkle_exp.report.findings.verdict import decide
 from twinkle_exp.report.loading.runs import Run
 from twinkle_exp.report.statistics.aggregate import DEFAULT_SCORES, summarize
-from twinkle_exp.report.statistics.speed import threshold_ratios
 
 VAL_STEPS = list(range(0, 401, 40))
 CONFIG = {
@@ -128,19 +126,20 @@ def test_scalar_normaliser_is_silent_when_the_objectives_differ(other):
     assert not scalar_normaliser(_variants(bnpo=_with_loss("BNPOLoss"), other=other)).variants
 
 
-def test_steps_to_threshold_ratio_with_interval():
+def test_steps_to_threshold_restricted_mean():
     def reaching(label, steps):
         return [
             run(label, i, {M.VAL_ACCURACY: [(0, 0.3), (s, 0.6), (400, 0.7)]}) for i, s in enumerate(steps)
         ]
 
     runs = reaching("loss=cispo", [80, 100, 120]) + reaching("loss=bnpo", [160, 200, 240])
-    stats = summarize(runs, 0.5, DEFAULT_SCORES)
-    [row] = threshold_ratios(stats, {})
-    assert row[0] == "loss=bnpo vs loss=cispo"  # variants in label order
-    assert row[1].startswith("200.0 (3/3)") and row[2].startswith("100.0 (3/3)")
-    assert row[3].startswith("2.00 [")
-    assert float(row[4]) == pytest.approx(0.1)  # 3 vs 3 seeds: the exact test's smallest p
+    stats = {s.label: s.threshold for s in summarize(runs, 0.5, DEFAULT_SCORES)}
+    # Every run reached it, all followed to step 400: the restricted mean is the plain mean, t interval.
+    assert stats["loss=cispo"].value == pytest.approx(100.0) and stats["loss=bnpo"].value == pytest.approx(
+        200.0
+    )
+    assert stats["loss=cispo"].reached == 3 and stats["loss=cispo"].horizon == 400
+    assert stats["loss=cispo"].low == pytest.approx(100 - 4.303 * 20 / np.sqrt(3), abs=0.01)
 
 
 def test_auc_is_the_headline_score():
@@ -162,20 +161,20 @@ def _length_runs(label: str, growth: float, seeds=range(5), noise: float = 0.3) 
     return out
 
 
-def test_finding_reproduced_when_grpo_wrong_answers_grow_and_drgrpo_ones_do_not():
+def test_finding_different_when_grpo_wrong_answers_grow_and_drgrpo_ones_do_not():
     v = decide(CLAIMS["drgrpo_length"], _length_runs("loss=grpo", 4.0) + _length_runs("loss=drgrpo", 0.0))
-    assert v.verdict == "reproduced" and v.p_value < 0.05
-    assert 2.5 < v.effect.value < 4.5 and v.effect.low > 0
+    assert v.verdict == "different" and v.pair.p_raw < 0.05  # in the paper's direction
+    assert 2.5 < v.pair.effect < 4.5 and v.pair.low > 0 and v.pair.family_size == 1
     assert len(v.treatment) == len(v.control) == 5
 
 
-def test_finding_in_the_other_direction_and_not_reproduced():
+def test_finding_contradicted_and_inconclusive():
     other = decide(
         CLAIMS["drgrpo_length"], _length_runs("loss=grpo", -4.0) + _length_runs("loss=drgrpo", 0.0)
     )
-    assert other.verdict == "reproduced in the other direction"
+    assert other.verdict == "contradicted"
     null = decide(CLAIMS["drgrpo_length"], _length_runs("loss=grpo", 0.0) + _length_runs("loss=drgrpo", 0.0))
-    assert null.verdict == "not reproduced" and null.p_value > 0.05
+    assert null.verdict == "inconclusive" and null.pair.p_raw > 0.05 and null.pair.mde > 0
 
 
 def test_ratio_finding_and_censored_steps():
@@ -188,7 +187,7 @@ def test_ratio_finding_and_censored_steps():
         CLAIMS["gspo_clipping"],
         clip_runs("+experiment=gspo_paper", 0.15) + clip_runs("+experiment=grpo_gspo_baseline", 0.0015),
     )
-    assert v.verdict == "reproduced" and v.effect.value == pytest.approx(100.0)
+    assert v.verdict == "different" and v.ratio == pytest.approx(100.0)
 
 
 def test_steps_to_the_control_arms_level_with_censoring():
@@ -203,8 +202,8 @@ def test_steps_to_the_control_arms_level_with_censoring():
     v = decide(CLAIMS["cispo_speed"], runs)
     assert v.threshold == pytest.approx(0.76)
     assert v.treatment == [100.0, 101.0, 102.0, 103.0, 104.0] and v.control == [50.0, 51.0, 52.0, 53.0, 54.0]
-    assert v.effect.value == pytest.approx(102 / 52) and v.verdict == "reproduced"
-    # a run that never reaches the threshold counts as its last step
+    assert v.ratio == pytest.approx(102 / 52) and v.verdict == "different"
+    # a run that never reaches the threshold counts as the horizon (the earliest last step: 160), as in the report
     slow = (
         acc_runs("loss=cispo", 50, 0.85)
         + acc_runs("loss=bnpo", 100, 0.8)[:4]
@@ -224,5 +223,5 @@ def test_steps_to_threshold_is_not_testable_when_the_baseline_does_not_improve()
     v = decide(CLAIMS["cispo_speed"], runs)
     assert (
         v.verdict.startswith("not testable: the baseline's final val/accuracy is not above")
-        and v.p_value is None
+        and v.pair is None
     )

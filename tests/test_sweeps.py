@@ -354,7 +354,11 @@ def test_2x2_multirun_names_groups_one_warm_start_and_report(tmp_path, cli_env, 
     assert "cache miss" in logs[0]  # the first job, then the others reuse it
     assert len(list((tmp_path / "cache").glob("warmup-*.pt"))) == 1
 
-    _report(tmp_path, env, sweep_dir, ["loss=grpo, debug=fast", "loss=sapo, debug=fast"])
+    # Rows name variants without the override they all share (debug=fast). One commit, machine and warm-start:
+    # the report accepts the runs, and pairs each seed's runs (they share the seed's prompt and sampler streams).
+    _report(tmp_path, env, sweep_dir, ["loss=grpo", "loss=sapo"])
+    md = (sweep_dir / "report" / "report.md").read_text()
+    assert "✓ every compared run records the same provenance" in md and "paired t, 2 vs 2 seeds" in md
 
 
 @pytest.mark.slow

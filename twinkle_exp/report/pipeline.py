@@ -1,25 +1,28 @@
 """The comparison report's phases, one call each in `__main__.main`: load -> group -> summarize -> plot ->
-render. A phase that finds nothing to report raises `Refusal` before anything is written, so a typo in a
-path or a key leaves no stray report folder behind.
+render. A phase that finds nothing to report, or runs it must not compare (mixed provenance), raises
+`Refusal` before anything is written, so a typo in a path or a key leaves no stray report folder behind.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from .diagnostics.sweep import diagnose_sweep, identical_variants
 from .diagnostics.variants import diagnose_variants
 from .loading.grouping import GroupByError, assign_groups, flag_repeated_seeds, group_by_variant
+from .loading.provenance import check_provenance
 from .loading.runs import Run, load_runs
 from .rendering.attempts import render_attempts_markdown
 from .rendering.plots import legend_labels, plot_all, variant_colors
 from .rendering.plots_intervals import TITLE as INTERVALS_TITLE
 from .rendering.plots_intervals import plot_intervals
 from .rendering.render import ReportData, build_blocks, to_html, to_markdown
-from .statistics.aggregate import DEFAULT_SCORES, metric_score
+from .rendering.verdicts_file import CSV_NAME, JSON_NAME, write_verdicts
+from .statistics.aggregate import DEFAULT_SCORES, Score, grid_spans, metric_score
 from .statistics.aggregate import summarize as summarize_variants
-from .statistics.compare import compare_all
-from .statistics.speed import threshold_ratios
+from .statistics.comparisons import compare_all
+from .statistics.verdicts import DEFAULT_MARGINS
 
 
 class Refusal(Exception):
@@ -50,28 +53,62 @@ def group(runs: list[Run], keys: list[str] | None) -> dict[str, list[Run]]:
     return variants
 
 
+def margins_of(scores: tuple[Score, ...], given: Mapping[str, float]) -> dict[str, float]:
+    """The default margins, overridden by --margin SCORE=VALUE (a score's name, or a --score metric's key);
+    refuses a name that is no score of the report."""
+    margins = {name: value for name, value in DEFAULT_MARGINS.items() if any(s.name == name for s in scores)}
+    by_name = {s.name: s.name for s in scores} | {
+        s.key: s.name for s in scores if s.fn is not None and s not in DEFAULT_SCORES
+    }
+    for name, value in given.items():
+        if name not in by_name:
+            known = ", ".join(s.name for s in scores)
+            raise Refusal(f"--margin {name}={value:g}: no such score in this report (scores: {known})")
+        margins[by_name[name]] = value
+    return margins
+
+
 def summarize(
-    dirs: list[Path], runs: list[Run], variants: dict[str, list[Run]], score_keys: list[str], threshold: float
+    dirs: list[Path],
+    runs: list[Run],
+    variants: dict[str, list[Run]],
+    score_keys: list[str],
+    threshold: float,
+    *,
+    margins: Mapping[str, float] | None = None,
+    adjust: str = "holm",
+    allow_mixed_provenance: bool = False,
 ) -> ReportData:
-    """The statistics, comparisons and diagnostics of the variants; refuses a --score no run logged."""
+    """The statistics, comparisons and diagnostics of the variants; refuses a --score no run logged, a
+    --margin for no score, and finished runs of mixed provenance unless `allow_mixed_provenance`."""
     names, shared = legend_labels(variants)
     scores = DEFAULT_SCORES + tuple(metric_score(key) for key in score_keys)
     unlogged = [key for key in score_keys if not any(key in run.metrics for run in runs)]
     if unlogged:
         raise Refusal(f"--score {unlogged[0]}: no run logged this metric")
+    chosen_margins = margins_of(scores, margins or {})
+    provenance = check_provenance([run for run in runs if run.finished])
+    if provenance.mixed and not allow_mixed_provenance:
+        raise Refusal(provenance.refusal())
+    try:
+        spans = grid_spans(runs, scores)
+    except ValueError as exc:
+        raise Refusal(str(exc)) from exc
     stats = summarize_variants(runs, threshold, scores)
     return ReportData(
         dirs=[d.resolve() for d in dirs],
         runs=runs,
         stats=stats,
         scores=scores,
-        comparisons=compare_all(stats, scores, names),
+        comparisons=compare_all(stats, scores, names, margins=chosen_margins, method=adjust),
+        provenance=provenance,
+        spans=spans,
         diagnostics=diagnose_sweep(variants) + diagnose_variants(variants),
         identical=identical_variants(variants),
         names=names,
         shared=shared,
         threshold=threshold,
-        speed=threshold_ratios(stats, names),
+        verdict_files=[CSV_NAME, JSON_NAME],
     )
 
 
@@ -88,9 +125,11 @@ def plot(
 
 
 def render(data: ReportData, out_dir: Path) -> list[Path]:
-    """report.md and report.html into `out_dir`; every file the report wrote, the plots included."""
+    """report.md, report.html and the verdict files into `out_dir`; every file the report wrote, the plots
+    included."""
     blocks = build_blocks(data)
     markdown, page = out_dir / "report.md", out_dir / "report.html"
     markdown.write_text(to_markdown(blocks) + render_attempts_markdown(data.runs), encoding="utf-8")
     page.write_text(to_html(blocks), encoding="utf-8")
-    return [markdown, page, *(p for _, p in data.plots.values() if p is not None)]
+    verdicts = write_verdicts(data, out_dir)
+    return [markdown, page, *verdicts, *(p for _, p in data.plots.values() if p is not None)]

@@ -15,7 +15,8 @@ sweep compares. So a run records:
   randomness (paired by seed): the prompt stream and the sampler stream are seeded by `seed`; the warm-start
   by `warmup.seed`, shared by every seed and loss of a sweep.
 
-`PROVENANCE_KEYS` are the fields that must agree for two runs to be compared (`report.loading.provenance`).
+`PROVENANCE_KEYS` are the fields that must agree for two runs to be compared (defined in `run_json`, the
+contract the report reads; checked by `report.loading.provenance`).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-# The fields two compared runs must share (a mismatch makes the report refuse unless told otherwise).
-PROVENANCE_KEYS = ("commit", "dirty", "threads", "cpu", "accelerator", "blas", "warm_start_key")
+from .run_json import PROVENANCE_KEYS  # noqa: F401  (re-exported: defined in the contract the report reads)
+
 _PACKAGES = ("torch", "lightning", "transformers", "peft", "twinkle_exp")
 
 

@@ -16,6 +16,9 @@ from typing import Any
 
 RUN_JSON = "run.json"  # the run's status, attempts and final figures (`RunStatus`)
 METRICS_CSV = "metrics.csv"  # one row per logged step, beside run.json (tracking.metrics_file)
+PROVENANCE = "provenance"  # run.json's record of what produced the run (tracking.provenance)
+# The provenance fields two compared runs must share: the report refuses a mix unless told otherwise.
+PROVENANCE_KEYS = ("commit", "dirty", "threads", "cpu", "accelerator", "blas", "warm_start_key")
 
 
 @dataclass

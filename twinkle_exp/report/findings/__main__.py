@@ -8,7 +8,6 @@ prints the verdict lines.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -35,28 +34,40 @@ def arm_means(claim: Claim, runs: list[Run], arm: str, key: str) -> str:
     return f"{_fmt(float(np.mean(values)))} (runs {_fmt(min(values))}..{_fmt(max(values))})"
 
 
+def effect_line(v: Verdict) -> str:
+    """The test behind the verdict: difference, interval, p, the smallest detectable effect, the ratio."""
+    p, c = v.pair, v.claim
+    line = (
+        f"difference of means (treatment - control) **{_fmt(p.effect)}**, {p.confidence:.0%} {p.test} "
+        f"interval [{_fmt(p.low)}, {_fmt(p.high)}], p = {p.p_raw:.3g} ({p.n_first} vs {p.n_second} seeds; "
+        "a single pre-declared primary test, not adjusted)"
+    )
+    if c.effect == "ratio" and v.ratio is not None:
+        line += f"; ratio of means {_fmt(v.ratio)} (treatment / control)"
+    if p.margin is not None:
+        line += f"; equivalence margin ±{_fmt(p.margin)}, TOST p = {p.p_equivalence:.3g}"
+    return (
+        line
+        + f"; detectable with 80% power at these seeds: {_fmt(p.mde)}; the paper's direction: {c.expected} 0"
+    )
+
+
 def render(v: Verdict, runs: list[Run], plot: Path | None) -> str:
     """The Markdown section of one verdict."""
-    c, e = v.claim, v.effect
-    what = "treatment / control" if c.effect == "ratio" else "treatment - control"
-    interval = "n/a" if e.low is None else f"[{_fmt(e.low)}, {_fmt(e.high)}]"
-    p = "n/a" if v.p_value is None else f"{v.p_value:.3g}"
-    testable = bool(v.treatment)  # else the verdict says why, and the diagnostics show it
-    if not testable:
-        v = dataclasses.replace(v, treatment=[float("nan")], control=[float("nan")])
+    c = v.claim
     lines = [
         f"### {c.name}: {v.verdict}",
         "",
         f"- source: {c.source}; per run: {c.describe} (`{c.key}`)"
         + ("" if v.threshold is None else f"; threshold {v.threshold:.1%}"),
-        f"- treatment `{c.treatment}`: {', '.join(_fmt(x) for x in v.treatment)} (mean {_fmt(np.mean(v.treatment))})",
-        f"- control `{c.control}`: {', '.join(_fmt(x) for x in v.control)} (mean {_fmt(np.mean(v.control))})",
-        f"- effect ({c.effect} of means, {what}): **{_fmt(e.value)}**, 95% bootstrap CI {interval}, "
-        f"exact permutation p = {p} (two-sided; {len(v.treatment)} vs {len(v.control)} seeds); "
-        f"the paper's direction: {c.expected} {'1' if c.effect == 'ratio' else '0'}",
     ]
-    if not testable:
-        lines = lines[:3]
+    if v.treatment:
+        lines += [
+            f"- treatment `{c.treatment}`: {', '.join(_fmt(x) for x in v.treatment)} (mean {_fmt(np.mean(v.treatment))})",
+            f"- control `{c.control}`: {', '.join(_fmt(x) for x in v.control)} (mean {_fmt(np.mean(v.control))})",
+        ]
+    if v.pair is not None:
+        lines.append(f"- {effect_line(v)}")
     if c.diagnostics:
         lines.append("- diagnostics (mean over the run, averaged over seeds):")
         for key in c.diagnostics:
@@ -97,9 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         spec = PlotSpec(claim.key, f"{name}.png", f"{name}: {claim.key}", claim.key)
         plot = plot_metric(arms, spec, out)
         sections.append(render(verdict, runs, plot))
-        e = verdict.effect
-        interval = "" if e.low is None else f" [{_fmt(e.low)}, {_fmt(e.high)}]"
-        print(f"{name}: {verdict.verdict}: {claim.effect} {_fmt(e.value)}{interval}, p = {verdict.p_value}")
+        p = verdict.pair
+        figures = (
+            ""
+            if p is None
+            else f": difference {_fmt(p.effect)} [{_fmt(p.low)}, {_fmt(p.high)}], p = {p.p_raw:.3g}"
+        )
+        print(f"{name}: {verdict.verdict}{figures}")
     (out / "findings.md").write_text("\n".join(sections), encoding="utf-8")
     print(f"wrote {out / 'findings.md'}")
     return 0

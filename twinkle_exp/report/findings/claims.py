@@ -16,7 +16,7 @@ from twinkle_exp import metric_names as M
 
 from ..loading.metrics_csv import Series
 from ..loading.runs import Run
-from ..statistics.series import accuracy_auc, first_quarter, first_step_reaching, last_quarter, values
+from ..statistics.series import first_quarter, last_quarter, values
 
 
 def quarter_change(series: Series) -> float:
@@ -49,17 +49,11 @@ class Claim:
     # well", where only a significant effect the other way contradicts the paper
     expected: str
     diagnostics: tuple[str, ...] = ()  # metrics whose run means are shown per arm, to say why
+    margin: float | None = None  # a declared equivalence margin of the difference (per-run number's units)
 
 
 def _from_series(fn: Callable[[Series], float]) -> Callable[[Series, Run], float]:
     return lambda series, run: fn(series)
-
-
-def steps_to(series: Series, threshold: float) -> float:
-    """First step with a value >= `threshold`; a run that never gets there counts as its last step
-    (right-censored at max_steps: it shortens whichever arm is slower, so ratios are conservative)."""
-    reached = first_step_reaching(series, threshold)
-    return float(series[-1][0] if reached is None else reached)
 
 
 # "Matches the baseline's performance": the threshold is THRESHOLD_SHARE of the way from the mean first
@@ -82,7 +76,15 @@ def baseline_threshold(runs: list[Run], baseline: str, key: str) -> tuple[float,
 
 
 def steps_to_baseline_level(series: Series, run: Run) -> float | None:
-    return None  # replaced per sweep by `decide` (the threshold depends on the baseline arm's runs)
+    """Replaced per sweep by `verdict.decide`: the threshold depends on the baseline arm's runs, and each
+    run counts min(steps to it, the earliest last step of both arms) (`statistics.threshold`, as the report)."""
+    return None
+
+
+def auc_on_shared_grid(series: Series, run: Run) -> float | None:
+    """Replaced per sweep by `verdict.decide`: the AUC over the span of steps every run of both arms covers
+    (`statistics.aggregate.grid_score`, as the report), so validation spacing does not change it."""
+    return None
 
 
 CLAIMS = {
@@ -121,11 +123,12 @@ CLAIMS = {
         "+experiment=gspo_paper",
         "+experiment=grpo_gspo_baseline",
         M.VAL_ACCURACY,
-        _from_series(accuracy_auc),
-        "area under the greedy validation accuracy curve (mean accuracy over training)",
+        auc_on_shared_grid,
+        "area under the greedy validation accuracy curve (mean accuracy over the steps both arms cover)",
         "difference",
         ">=",
         (M.VAL_ACCURACY, M.REWARD_MEAN),
+        margin=0.02,  # the report's default AUC margin: 2 accuracy points
     ),
     "cispo_speed": Claim(
         "cispo_speed",
@@ -135,7 +138,8 @@ CLAIMS = {
         M.VAL_ACCURACY,
         steps_to_baseline_level,
         f"optimizer steps to the greedy validation accuracy {THRESHOLD_SHARE:.0%} of the way from the warm-start "
-        "to the DAPO arm's mean final accuracy (never reached: the run's last step)",
+        "to the DAPO arm's mean final accuracy, restricted to the earliest last step of both arms (never reached: "
+        "that step)",
         "ratio",
         ">",
         (M.CLIP_REGION, M.CISPO_CLIP, M.VAL_ACCURACY, M.GRAD_NORM),

@@ -1,10 +1,11 @@
-"""A finding's verdict on a sweep's runs: its effect with an interval and a p-value, and what that says.
+"""A finding's verdict on a sweep's runs, in the report's vocabulary (`statistics.verdicts`).
 
-The effect is a difference or a ratio of the arms' means, with a 95% stratified percentile bootstrap
-interval (`statistics.estimates`) and an exact two-sided permutation p-value of the difference of means
-(`statistics.pairwise`; for a ratio it tests the same null hypothesis, exchangeable seeds). A finding is
-"reproduced" when p < ALPHA and the effect points the paper's way, "reproduced in the other direction" when
-p < ALPHA and it points the other way, else "not reproduced".
+A finding is one pre-declared primary test (a family of one, not adjusted, and the page says so): Welch's t
+of the arms' difference of means (the paired t on per-seed differences when the arms' runs pair up by seed,
+as in the report), with the paper's direction. "different": significant in the paper's direction;
+"contradicted": significant in the other; "equivalent": inside the claim's declared margin (TOST), when it
+declares one; else "inconclusive", with the smallest effect the seeds could detect. For a ratio claim the
+ratio of the arms' means is shown beside the difference; the test is the same (equal means).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..loading.runs import Run
-from ..statistics.estimates import Estimate, percentile_interval
-from ..statistics.intervals import as_scores
-from ..statistics.pairwise import mean_difference, permutation_p_value, ratio_of_means
-from ..statistics.verdicts import ALPHA
-from .claims import Claim, baseline_threshold, steps_to, steps_to_baseline_level
+from ..statistics.aggregate import grid_score
+from ..statistics.comparisons import is_paired
+from ..statistics.step_grid import grid_span
+from ..statistics.threshold import common_horizon, restricted_steps
+from ..statistics.verdicts import PairData, PairVerdict, finding_verdict
+from .claims import Claim, auc_on_shared_grid, baseline_threshold, steps_to_baseline_level
 
 
 @dataclass(frozen=True)
@@ -27,50 +29,66 @@ class Verdict:
     claim: Claim
     treatment: list[float]  # the per-run numbers, finished runs in seed order
     control: list[float]
-    effect: Estimate
-    p_value: float | None
+    pair: PairVerdict | None  # None when the claim could not be tested (the verdict says why)
     verdict: str
     threshold: float | None = None  # the accuracy a steps-to-threshold claim was measured at
 
-
-def arm_values(claim: Claim, runs: list[Run], arm: str) -> list[float]:
-    """The per-run numbers of the finished runs of `arm` that logged the claim's metric, in seed order."""
-    chosen = sorted(
-        (r for r in runs if r.finished and arm in r.overrides), key=lambda r: (r.seed or 0, r.name)
-    )
-    values = [claim.per_run(r.metrics[claim.key], r) for r in chosen if r.metrics.get(claim.key)]
-    return [v for v in values if v is not None and np.isfinite(v)]
+    @property
+    def ratio(self) -> float | None:
+        """Treatment mean / control mean (ratio claims' point figure); None without values."""
+        if not self.treatment or not self.control or np.mean(self.control) == 0:
+            return None
+        return float(np.mean(self.treatment) / np.mean(self.control))
 
 
-def decide(claim: Claim, runs: list[Run]) -> Verdict:
-    """The claim's effect, interval, p-value and verdict on `runs` (raises ValueError if an arm is empty)."""
-    threshold = None
+def arm_runs(claim: Claim, runs: list[Run], arm: str) -> list[Run]:
+    """The finished runs of `arm` that logged the claim's metric, in seed order."""
+    chosen = [r for r in runs if r.finished and arm in r.overrides and r.metrics.get(claim.key)]
+    return sorted(chosen, key=lambda r: (r.seed or 0, r.name))
+
+
+def arm_values(claim: Claim, chosen: list[Run]) -> tuple[list[Run], list[float]]:
+    """The runs with a finite per-run number, and those numbers."""
+    pairs = [(r, claim.per_run(r.metrics[claim.key], r)) for r in chosen]
+    kept = [(r, v) for r, v in pairs if v is not None and np.isfinite(v)]
+    return [r for r, _ in kept], [float(v) for _, v in kept]
+
+
+def _shared(claim: Claim, runs: list[Run]) -> Claim | str:
+    """The claim with a per-run number that depends on both arms' runs fixed for this sweep (steps to the
+    baseline's level within the common horizon; the AUC over the common span), or why it is not testable."""
+    both = [r for arm in (claim.treatment, claim.control) for r in arm_runs(claim, runs, arm)]
     if claim.per_run is steps_to_baseline_level:
         threshold, start = baseline_threshold(runs, claim.treatment, claim.key)
         if not threshold > start:  # the baseline ended no better than it started: nothing to reach
-            nan = Estimate(float("nan"), None, None, 0)
-            reason = (
-                f"not testable: the baseline's final {claim.key} is not above the warm-start's {start:.1%}"
-            )
-            return Verdict(claim, [], [], nan, None, reason, threshold)
-        claim = dataclasses.replace(claim, per_run=lambda series, run: steps_to(series, threshold))
-    x, y = arm_values(claim, runs, claim.treatment), arm_values(claim, runs, claim.control)
+            return f"not testable: the baseline's final {claim.key} is not above the warm-start's {start:.1%}"
+        horizon = common_horizon([r.metrics[claim.key] for r in both])
+        return dataclasses.replace(
+            claim, per_run=lambda series, run: restricted_steps([series], threshold, horizon)[0]
+        )
+    if claim.per_run is auc_on_shared_grid and both:
+        span = grid_span([(r.metrics[claim.key][0][0], r.metrics[claim.key][-1][0]) for r in both])
+        return dataclasses.replace(claim, per_run=lambda series, run: grid_score(series, span))
+    return claim
+
+
+def decide(claim: Claim, runs: list[Run]) -> Verdict:
+    """The claim's test and verdict on `runs` (raises ValueError if an arm is empty)."""
+    threshold = None
+    if claim.per_run is steps_to_baseline_level:
+        threshold, _ = baseline_threshold(runs, claim.treatment, claim.key)
+    fixed = _shared(claim, runs)
+    if isinstance(fixed, str):
+        return Verdict(claim, [], [], None, fixed, threshold)
+    runs_x, x = arm_values(fixed, arm_runs(claim, runs, claim.treatment))
+    runs_y, y = arm_values(fixed, arm_runs(claim, runs, claim.control))
     if not x or not y:
         empty = claim.treatment if not x else claim.control
         raise ValueError(f"finding {claim.name}: no finished run of {empty} logged {claim.key}")
-    statistic = ratio_of_means if claim.effect == "ratio" else mean_difference
-    xs, ys = as_scores(x), as_scores(y)
-    value = float(statistic(xs, ys))
-    low = high = None
-    if min(len(x), len(y)) >= 2 and not (np.all(xs == xs[0]) and np.all(ys == ys[0])):
-        low, high = (float(v) for v in percentile_interval((xs, ys), statistic))
-    p = permutation_p_value(xs, ys) if len(x) + len(y) > 2 else None
-    null = 1.0 if claim.effect == "ratio" else 0.0
-    significant = p is not None and p < ALPHA
-    if significant and value < null:
-        verdict = "reproduced in the other direction"
-    elif significant:
-        verdict = "reproduced"
-    else:
-        verdict = "no difference detected" if claim.expected == ">=" else "not reproduced"
-    return Verdict(claim, x, y, Estimate(value, low, high, min(len(x), len(y))), p, verdict, threshold)
+    if min(len(x), len(y)) < 2:
+        why = f"not testable: {len(x)} vs {len(y)} seeds, a test needs 2 a side"
+        return Verdict(claim, x, y, None, why, threshold)
+    paired = is_paired(runs_x, runs_y)
+    data = PairData(claim.treatment, claim.control, claim.key, tuple(x), tuple(y), paired)
+    pair = finding_verdict(claim.name, data, expected=1, margin=claim.margin)
+    return Verdict(claim, x, y, pair, pair.verdict, threshold)

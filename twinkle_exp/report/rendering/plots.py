@@ -1,5 +1,5 @@
-"""One PNG per metric: every variant's mean over seeds as a line, and the 95% bootstrap interval of that mean
-(percentile, over seeds) as a band wherever at least 2 seeds logged the step."""
+"""One PNG per metric: every variant's mean over seeds as a line, and the 95% t interval of that mean as a
+band wherever at least 2 seeds logged the step."""
 
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from twinkle_exp import metric_names as M
 
 from ..loading.runs import Run
 from ..statistics.aggregate import curve
-from ..statistics.estimates import N_RESAMPLES
 
-BAND = f"line: mean over seeds, band: 95% bootstrap CI of the mean (percentile, {N_RESAMPLES:,} resamples)"
+BAND = "line: mean over seeds, band: 95% t interval of the mean"
 
 
 @dataclass(frozen=True)

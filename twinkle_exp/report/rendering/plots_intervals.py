@@ -1,6 +1,6 @@
 """One PNG of interval estimates per variant, after rliable's aggregate-metrics plot: for each score (final
-accuracy, area under the accuracy curve, any --score), each seed as a dot and the mean with its 95% bootstrap
-interval as a bar."""
+accuracy, area under the accuracy curve, any --score), each seed as a dot and the mean with its 95% t interval
+as a bar."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def plot_intervals(
     axes = fig.subplots(1, len(scores), sharey=True, squeeze=False)[0]
     for ax, score in zip(axes, scores, strict=True):
         for row, s in enumerate(reversed(shown)):  # first variant on top
-            est = s.estimates.get(f"{score.name}/mean")
+            est = s.estimates.get(score.name)
             if est is None:
                 continue
             values = [v * score.scale for v in s.scores[score.name]]
@@ -51,9 +51,7 @@ def plot_intervals(
         ax.set_title(score.name + (f" ({score.unit})" if score.unit else ""), fontsize=11)
         ax.grid(True, axis="x", alpha=0.35)
     axes[0].set_yticks(range(len(shown)), [names.get(s.label, s.label) for s in reversed(shown)])
-    fig.suptitle(
-        f"{TITLE}\n(dots: seeds; tick: mean; bar: 95% percentile bootstrap CI of the mean)", fontsize=11
-    )
+    fig.suptitle(f"{TITLE}\n(dots: seeds; tick: mean; bar: 95% t interval of the mean)", fontsize=11)
     path = out_dir / FILENAME
     fig.savefig(path, format="png")
     return path

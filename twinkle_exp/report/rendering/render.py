@@ -10,11 +10,12 @@ from datetime import datetime
 from pathlib import Path
 
 from ..diagnostics.sweep import DiagnosticResult
+from ..loading.provenance import HEADERS as PROVENANCE_HEADERS
+from ..loading.provenance import ProvenanceCheck
 from ..loading.runs import Run
 from ..statistics.aggregate import Score, VariantStats
-from ..statistics.compare import Comparison
-from ..statistics.speed import HEADERS as SPEED_HEADERS
-from ..statistics.speed import MIN_REACHED
+from ..statistics.comparisons import Comparisons, points, sentence
+from ..statistics.step_grid import GridSpan
 from .tables import (
     JOB_HEADERS,
     METHOD_NOTES,
@@ -37,20 +38,54 @@ class ReportData:
     runs: list[Run]
     stats: list[VariantStats]
     scores: tuple[Score, ...]
-    comparisons: list[Comparison]
+    comparisons: Comparisons
+    provenance: ProvenanceCheck
+    spans: dict[str, GridSpan]  # grid score name (the AUC) -> the span of steps it is computed over
     diagnostics: list[DiagnosticResult]
     identical: list[tuple[list[str], list[int]]]
     names: dict[str, str]  # variant label -> short name (the overrides every variant shares left out)
     shared: str  # those shared overrides, "" if none
     threshold: float
     plots: dict[str, tuple[str, Path | None]] = field(default_factory=dict)
-    speed: list[list[str]] = field(default_factory=list)  # rows under speed.HEADERS
+    verdict_files: list[str] = field(default_factory=list)  # names of the machine-readable verdict files
 
 
-SPEED_NOTE = (
-    "Ratio of the mean steps to the threshold over the runs that reached it (below 1: the first variant is "
-    "faster); 95% stratified percentile bootstrap interval; p: exact permutation test of the difference."
-)
+def span_note(spans: dict[str, GridSpan]) -> list[str]:
+    """ "AUC over steps 0-160 (the span every finished run covers)", and the runs that go beyond it."""
+    out = []
+    for name, span in spans.items():
+        note = f"{name} over steps {span.low:g}-{span.high:g}, the span every finished run covers"
+        if span.short:
+            note += f"; {len(span.short)} of the runs start later or stop earlier than others, which are cut to it"
+        out.append(note + ".")
+    return out
+
+
+def family_items(d: ReportData) -> list[str]:
+    """What the family is, how it was adjusted, the margins, and which tests were paired."""
+    c = d.comparisons
+    verdicts = c.verdicts
+    paired = sum(v.paired for v in verdicts)
+    margins = ", ".join(
+        f"{name} ±{points(value, c.scores[name], signed=False)}"
+        for name, value in c.margins.items()
+        if name in c.scores
+    )
+    items = [
+        f"Family: every pair on every score, {c.describe()} (--adjust holm or bh); every verdict uses the "
+        f"adjusted p at alpha = {c.alpha:g}.",
+        f"Equivalence margins: {margins or 'none'} (--margin SCORE=VALUE, in the score's units: 0.02 = 2 points).",
+        f"Paired (t on per-seed differences; the runs at each seed share prompt and sampler streams and the "
+        f"warm-start): {paired} of {len(verdicts)} tests; the others unpaired (Welch t).",
+    ]
+    if d.verdict_files:
+        items.append(
+            "Every figure of these tables, per variant and per pair, is also in "
+            + " and ".join(f"`{f}`" for f in d.verdict_files)
+            + " beside this page (columns: docs/statistics.md)."
+        )
+    return items
+
 
 # A block: ("h1" | "h2" | "p", text) | ("ul", [items]) | ("table", headers, rows) | ("img", title, path)
 Block = tuple
@@ -72,21 +107,29 @@ def build_blocks(d: ReportData) -> list[Block]:
             ("p", f"All variants share {d.shared}; comparisons and plots leave it out of their names.")
         )
     rows = [variant_row(s, d.scores, d.names.get(s.label)) for s in d.stats]
-    blocks += [("table", variant_headers(d.threshold, d.scores), rows), ("ul", list(METHOD_NOTES))]
+    blocks += [
+        ("table", variant_headers(d.threshold, d.scores), rows),
+        ("ul", list(METHOD_NOTES) + span_note(d.spans)),
+        ("h2", "Provenance"),
+        ("table", PROVENANCE_HEADERS, d.provenance.rows),
+    ]
+    warnings = d.provenance.warnings()
+    blocks.append(
+        ("ul", warnings) if warnings else ("p", "✓ every compared run records the same provenance.")
+    )
+    if d.comparisons.verdicts:
+        blocks += [("h2", "Pairwise comparisons"), ("ul", family_items(d))]
     for score in d.scores:
-        chosen = [c for c in d.comparisons if c.score == score]
+        chosen = d.comparisons.of(score)
         if not chosen:
             continue
         blocks += [
             ("h2", f"Pairwise comparisons: {score.name}"),
-            ("table", PAIR_HEADERS, [pair_row(c) for c in chosen]),
-            ("ul", [c.sentence for c in chosen]),
+            ("table", PAIR_HEADERS, [pair_row(v, score) for v in chosen]),
+            ("ul", [sentence(v, score) for v in chosen]),
         ]
-    blocks.append(("h2", f"Steps to {d.threshold:.0%} accuracy: ratios between variants"))
-    if d.speed:
-        blocks += [("table", SPEED_HEADERS, d.speed), ("p", SPEED_NOTE)]
-    else:
-        blocks.append(("p", f"No pair of variants had {MIN_REACHED}+ runs each reaching the threshold."))
+    if d.comparisons.untested:
+        blocks += [("h2", "Pairs not tested"), ("ul", d.comparisons.untested)]
     blocks += [
         ("h2", "Checks"),
         ("ul", diagnostic_items(d.diagnostics, d.identical, d.names)),

@@ -7,37 +7,39 @@ from collections import Counter
 from ..diagnostics.sweep import RTOL, DiagnosticResult
 from ..loading.runs import Run
 from ..statistics.aggregate import Score, VariantStats
-from ..statistics.compare import Comparison, difference
-from ..statistics.estimates import N_RESAMPLES, Estimate
-from ..statistics.intervals import CONFIDENCE
-from ..statistics.power import MAX_SEEDS
+from ..statistics.comparisons import interval, points, prob_improvement, verdict_label
+from ..statistics.intervals import CONFIDENCE, Interval
+from ..statistics.verdicts import PairVerdict
 
 NONE = "–"
 METHOD_NOTES = (
-    "Table: finished runs only; AUC (the headline score) = area under val/accuracy against the optimizer step "
-    "divided by the run's first..last validation span (the mean accuracy over training); final = a run's last "
-    "val/accuracy, which saturates when every variant reaches the task's ceiling within the budget.",
-    f"Intervals: {CONFIDENCE:.0%} percentile bootstrap over seeds (scipy.stats.bootstrap, {N_RESAMPLES:,} "
-    "resamples, fixed seed); in comparisons each variant's seeds are resampled separately (stratified) and "
-    "seeds are not paired by number. IQM = interquartile mean (mean of the middle 50%); with fewer than 4 "
-    "seeds nothing is trimmed and it equals the mean.",
-    "With few seeds the bootstrap interval is too narrow: with 2 or 3 seeds it is the seeds' min..max, which "
-    "holds the true mean 50% of the time with 2 seeds and 75% with 3; with 10 seeds about 90% (measured on "
-    "normal data). Read it as the range of what was seen, not as 95% confidence.",
-    "Comparisons: P(improvement) = probability that a seed of the first variant beats a seed of the second "
-    "(ties count half). A difference is called only when the bootstrap intervals of the difference (excludes "
-    "0) and of P(improvement) (excludes 0.5) agree with an exact permutation test (p < 0.05); with 3 vs 3 "
-    "seeds that test cannot go below p = 0.1. Seeds needed: two-sided t-test at 5%, 80% power, taking the "
-    "observed difference and pooled spread as true: a rough guide.",
-    "Steps to threshold: first optimizer step with val/accuracy ≥ threshold, mean over the finished runs that "
-    "reached it, with how many reached it out of those that logged a validation accuracy.",
+    "Table: finished runs only. AUC (the headline score) = the mean of val/accuracy over the span of "
+    "optimizer steps every finished run covers, each run's curve interpolated linearly between its "
+    "validations onto every step of that span, so how often a run validated does not change it; final = a "
+    "run's last val/accuracy, which saturates when every variant reaches the task's ceiling within the budget.",
+    f"Intervals: {CONFIDENCE:.0%} Student t interval of the mean over seeds (exact for normal scores at any "
+    "number of seeds; a percentile bootstrap holds the mean only 75% / 84% of the time at 3 / 5 seeds). "
+    "IQM = interquartile mean (mean of the middle 50%), a point summary; with fewer than 4 seeds it equals "
+    "the mean.",
+    "Comparisons: every pair on every score is one family of tests, adjusted together (the family, its size "
+    "and the adjustment are stated above the pairs). Difference of means with its Welch t interval, or the "
+    "paired t interval of per-seed differences where the runs at each seed share what the seed fixes "
+    "(prompt and sampler streams, warm-start: run.json's provenance). Verdicts: different (adjusted p < "
+    "0.05, the interval excludes 0); equivalent within ±margin (two one-sided tests at the score's margin, "
+    "adjusted likewise); else inconclusive, with the smallest difference the seeds detect with 80% power at "
+    "the family's level (MDE) and the seeds the margin would need. P(improvement) = probability that a seed "
+    "of the first beats one of the second (ties half), with Newcombe's score interval; at 0 or 1 it is at "
+    "its bound: read the interval one-sided.",
+    "Steps to threshold: restricted mean steps to the threshold within the earliest last validation of the "
+    "finished runs (a run that never got there counts as that horizon: censoring-aware, every run counted), "
+    "with its interval and how many runs reached it.",
     "Curves: every run that logged the metric, running and failed ones up to their last logged step; seeds "
     "logged at different steps are aligned by forward-filling each run's last value within its own logged "
-    "range. Band: the same bootstrap interval of the mean at each step (none where fewer than 2 seeds logged).",
+    "range. Band: the t interval of the mean at each step (none where fewer than 2 seeds logged).",
 )
 
 
-def estimate(e: Estimate | None, scale: float = 100.0) -> str:
+def estimate(e: Interval | None, scale: float = 100.0) -> str:
     """ "74.0 [70.3, 77.7]" (x scale); "60.0 (n=1)" without an interval; NONE when missing."""
     if e is None:
         return NONE
@@ -52,59 +54,71 @@ def variant_headers(threshold: float, scores: tuple[Score, ...]) -> list[str]:
     columns = []
     for score in scores:
         unit = f" ({score.unit})" if score.unit else ""
-        columns += [f"{score.name}{unit} mean [95% CI]", f"{score.name} IQM [95% CI]"]
+        columns += [f"{score.name}{unit} mean [95% CI]", f"{score.name} IQM"]
     return [
         "variant",
         "seeds finished / total",
         *columns,
-        f"steps to ≥ {threshold * 100:g}% acc. (reached)",
+        f"steps to ≥ {threshold * 100:g}% acc. [95% CI] (reached)",
         "final KL",
         "mean wall time",
     ]
 
 
+def threshold_cell(s: VariantStats) -> str:
+    """ "62.4 [51.0, 73.8] (3/5 by step 80)": restricted mean steps, interval, runs that reached it."""
+    t = s.threshold
+    if t is None:
+        return NONE
+    ci = "" if t.low is None else f" [{t.low:.1f}, {t.high:.1f}]"
+    return f"{t.value:.1f}{ci} ({t.reached}/{t.runs} by step {t.horizon:g})"
+
+
 def variant_row(s: VariantStats, scores: tuple[Score, ...], name: str | None = None) -> list[str]:
     """One variant's row under `variant_headers`; `name` replaces the label (shared overrides left out)."""
-    reached = len(s.steps_to_threshold)
-    if s.evaluated == 0:
-        steps = NONE
-    elif reached == 0:
-        steps = f"not reached (0/{s.evaluated})"
-    else:
-        steps = f"{s.steps_to_threshold_mean:.1f} ({reached}/{s.evaluated})"
-    columns = [
-        estimate(s.estimates.get(f"{sc.name}/{st}"), sc.scale) for sc in scores for st in ("mean", "iqm")
-    ]
+    columns = []
+    for sc in scores:
+        iqm = s.iqm.get(sc.name)
+        digits = ".1f" if sc.scale == 100.0 else ".3g"
+        columns += [
+            estimate(s.estimates.get(sc.name), sc.scale),
+            NONE if iqm is None else f"{iqm * sc.scale:{digits}}",
+        ]
     return [
         name or s.label,
         f"{s.num_finished}/{s.num_total}",
         *columns,
-        steps,
+        threshold_cell(s),
         NONE if s.kl_mean is None else f"{s.kl_mean:.4g}",
         format_duration(s.wall_time_mean),
     ]
 
 
-PAIR_HEADERS = ["pair", "P(improvement) [95% CI]", "difference of means [95% CI]", "permutation p", "verdict"]
+PAIR_HEADERS = [
+    "pair",
+    "test",
+    "difference [95% CI]",
+    "adjusted p",
+    "P(improvement) [95% CI]",
+    "margin",
+    "TOST adjusted p",
+    "MDE (80% power)",
+    "verdict",
+]
 
 
-def pair_row(c: Comparison) -> list[str]:
-    """One comparison under PAIR_HEADERS; differences of scores in % are in percentage points."""
-    if c.prob_improvement is None:
-        return [f"{c.first} vs {c.second}", NONE, NONE, NONE, c.verdict]
-    p, d = c.prob_improvement, c.difference
-    if c.seeds_needed is None:
-        verdict = c.verdict
-    elif c.seeds_needed > MAX_SEEDS:
-        verdict = f"{c.verdict}; > {MAX_SEEDS} seeds needed"
-    else:
-        verdict = f"{c.verdict}; ~{c.seeds_needed} seeds needed"
+def pair_row(v: PairVerdict, score: Score) -> list[str]:
+    """One pair under PAIR_HEADERS; differences of scores in % are in percentage points."""
     return [
-        f"{c.first} vs {c.second}",
-        f"{p.value:.2f} [{p.low:.2f}, {p.high:.2f}]",
-        difference(d, c.score),
-        f"{c.p_value:.3f}",
-        verdict,
+        f"{v.first} vs {v.second}",
+        f"{v.test}, {v.n_first} vs {v.n_second} seeds",
+        interval(v, score),
+        f"{v.p_adjusted:.3g}",
+        prob_improvement(v),
+        NONE if v.margin is None else f"±{points(v.margin, score, signed=False)}",
+        NONE if v.p_equivalence_adjusted is None else f"{v.p_equivalence_adjusted:.3g}",
+        points(v.mde, score, signed=False),
+        verdict_label(v, score),
     ]
 
 

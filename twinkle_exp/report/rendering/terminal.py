@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..statistics.aggregate import DEFAULT_SCORES
+from ..statistics.comparisons import sentence
 from .attempts import HEADERS as ATTEMPT_HEADERS
 from .attempts import attempt_rows
 from .render import ReportData
@@ -34,7 +35,7 @@ def print_terminal(d: ReportData, written: list[Path]) -> None:
         table.add_column(header, overflow="fold")  # labels are long override lists: wrap them, never cut them
     for s in d.stats:
         row = variant_row(s, d.scores[:2], d.names.get(s.label))
-        table.add_row(row[0], row[1], row[2], row[4], row[6], row[8])
+        table.add_row(row[0], row[1], row[2], row[4], row[6], row[8])  # IQM and KL columns left out
     console.print(table)
     jobs = Table(title="jobs and attempts")
     for header in ATTEMPT_HEADERS:
@@ -42,9 +43,14 @@ def print_terminal(d: ReportData, written: list[Path]) -> None:
     for row in attempt_rows(d.runs):
         jobs.add_row(*row)
     console.print(jobs)
-    for c in d.comparisons:
-        if c.score is d.scores[0] or c.score not in DEFAULT_SCORES:  # the headline (AUC), and any --score
-            console.print(c.sentence, highlight=False)
+    if d.comparisons.verdicts:
+        console.print(f"family: {d.comparisons.describe()}", highlight=False)
+    for score in d.scores:
+        if score is d.scores[0] or score not in DEFAULT_SCORES:  # the headline (AUC), and any --score
+            for v in d.comparisons.of(score):
+                console.print(sentence(v, score), highlight=False)
+    for warning in d.provenance.warnings():
+        console.print(warning, style="yellow", highlight=False)
     for item in diagnostic_items(d.diagnostics, d.identical, d.names):
         console.print(item, style="yellow" if item.startswith("⚠") else None, highlight=False)
     for title, (key, path) in d.plots.items():

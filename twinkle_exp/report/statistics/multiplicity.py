@@ -71,7 +71,8 @@ class Family:
 
     @property
     def pairs(self) -> tuple[tuple[str, str], ...]:
-        return tuple(dict.fromkeys((a, b) for a, b, _ in self.members))
+        # Unordered: a report orients each pair by the higher mean, which may differ from score to score.
+        return tuple(dict.fromkeys(tuple(sorted((a, b))) for a, b, _ in self.members))
 
     @property
     def scores(self) -> tuple[str, ...]:
@@ -85,7 +86,7 @@ class Family:
     def describe(self) -> str:
         """ "six_losses: 15 pairs x 2 scores = 30 tests, Holm" (or "29 tests over 15 pairs and 2 scores")."""
         pairs, scores = len(self.pairs), len(self.scores)
-        shape = f"{pairs} pairs x {scores} scores = {self.size} tests"
+        shape = f"{pairs} {'pair' if pairs == 1 else 'pairs'} x {scores} {'score' if scores == 1 else 'scores'} = {self.size} tests"
         if pairs * scores != self.size:
             shape = f"{self.size} tests over {pairs} pairs and {scores} scores"
         if self.size == 1:

@@ -5,9 +5,9 @@ steps, the area under it, the first step it reaches a threshold. Pure functions 
 from __future__ import annotations
 
 import numpy as np
-from scipy.integrate import trapezoid
 
 from ..loading.metrics_csv import Series
+from .step_grid import auc_on_grid, step_grid
 
 
 def values(series: Series) -> np.ndarray:
@@ -40,13 +40,13 @@ def last_quarter_mean(series: Series) -> float:
 
 
 def accuracy_auc(series: Series) -> float:
-    """Area under (step, accuracy) by the trapezoid rule, over the first..last step: the mean accuracy
-    over training. A single validation gives its own value."""
-    steps = np.array([step for step, _ in series], dtype=float)
-    logged = np.array([value for _, value in series], dtype=float)
+    """One run's mean accuracy over its own first..last validation step, on the step grid (`step_grid`; the
+    report scores a sweep's runs over the span they all cover instead). A single validation gives its value."""
+    steps = [step for step, _ in series]
+    logged = [value for _, value in series]
     if len(series) == 1 or steps[-1] == steps[0]:
         return float(logged[-1])
-    return float(trapezoid(logged, steps) / (steps[-1] - steps[0]))
+    return auc_on_grid(steps, logged, step_grid(steps[0], steps[-1]))
 
 
 def first_step_reaching(series: Series, threshold: float) -> int | None:
