@@ -102,8 +102,15 @@ def load(path: Path, model: nn.Module) -> bool:
 
 
 def save(model: nn.Module, path: Path) -> None:
-    """Write then rename, so no reader ever sees a half-written file; readable like any file the user makes."""
-    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as tmp:
+    """Write then rename, so no reader ever sees a half-written file; readable like any file the user makes.
+
+    The caller holds `locked(path)`, so any temporary file of this entry already there was left by a writer
+    that was killed mid-write (SIGKILL, out of memory, power off): it is removed."""
+    for stale in path.parent.glob(f"{path.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
+    with tempfile.NamedTemporaryFile(
+        dir=path.parent, prefix=f"{path.name}.", suffix=".tmp", delete=False
+    ) as tmp:
         try:
             torch.save(model.state_dict(), tmp)
         except BaseException:  # a second Ctrl-C, a full disk: no half-written file left behind
