@@ -33,10 +33,25 @@ def machine() -> dict:
     }
 
 
+# Extra flags that change which kernels run (oneDNN's bf16 / fp16 / AMX paths); other extra flags here
+# (avx_vnni, avx512_vp2intersect: seen on a machine of the recording kind) leave float32 results as they were.
+_KERNEL_CHANGING = ("amx", "avx512_bf16", "avx512_fp16")
+
+
 def machine_mismatch() -> str | None:
+    """Why this machine's floats may differ from the recording's: another CPU model or torch, a recorded
+    flag missing here, or an extra flag that changes the kernels; None when they match."""
     recorded = json.loads((FIXTURES / "machine.json").read_text())
     here = machine()
-    diff = [f"{k}: {recorded[k]!r} there, {here[k]!r} here" for k in here if recorded.get(k) != here[k]]
+    diff = [
+        f"{k}: {recorded[k]!r} there, {here[k]!r} here"
+        for k in ("cpu", "torch")
+        if recorded.get(k) != here[k]
+    ]
+    missing = sorted(set(recorded["isa"]) - set(here["isa"]))
+    extra = sorted(f for f in set(here["isa"]) - set(recorded["isa"]) if f.startswith(_KERNEL_CHANGING))
+    if missing or extra:
+        diff.append(f"isa: {missing} missing here, {extra} extra here")
     return "; ".join(diff) or None
 
 
