@@ -1,8 +1,10 @@
 """The Hydra ConfigStore: the loop's schemas, and those derived from the registries of losses, tasks, policies.
 
 A loss, task or policy is defined by its own class or factory; its schema is derived from that signature
-(`derived_schema`), so a parameter and its default are written once. Importing this module imports the
-registries, which import torch but neither Lightning nor transformers (those load when a stage is built).
+(`derived_schema`), so a parameter and its default are written once. A loss's `loss=<name>` option is
+its schema itself (no yaml): the loss registry, with the modules `TWINKLE_EXP_LOSSES` names, is the one list
+of losses. Importing this module imports the registries, which import torch but neither Lightning nor
+transformers (those load when a stage is built).
 """
 
 from __future__ import annotations
