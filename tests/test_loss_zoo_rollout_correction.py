@@ -9,8 +9,9 @@ import pytest
 import torch
 from loss_zoo_helpers import IGN, zoo_batch
 
-from twinkle_exp.loss import LOSSES, ROLLOUT_MODES, completion_mask, rollout_correction
+from twinkle_exp.loss import LOSSES, ROLLOUT_MODES, completion_mask
 from twinkle_exp.loss import metric_keys as K
+from twinkle_exp.loss.rollout_correction import rollout_correction
 
 LENGTHS = [3, 1, 5, 2]
 

@@ -72,6 +72,12 @@ def test_a_loss_without_a_name_or_with_a_taken_name_is_refused():
         class Nameless(PolicyGradientLoss):
             pass
 
+    with pytest.raises(TypeError, match="per_token"):
+
+        @register_loss
+        class Aimless(PolicyGradientLoss):
+            name = "aimless"
+
     with pytest.raises(ValueError, match="'grpo' is already registered"):
 
         @register_loss

@@ -22,8 +22,7 @@ _EXPORTS = {
     "kl_penalty": "kl",
     "param": "params",
     "LossFn": "protocol",
-    "ROLLOUT_MODES": "rollout_correction",
-    "rollout_correction": "rollout_correction",
+    "ROLLOUT_MODES": "rollout_correction",  # its function: `from twinkle_exp.loss.rollout_correction import ...`
     "PolicyGradientLoss": "base",
     "register_loss": "registry",
     "get_loss_class": "registry",
@@ -33,6 +32,7 @@ __all__ = sorted([*_EXPORTS, "LOSSES"])
 
 
 def __getattr__(name: str) -> Any:
+    # A name that is also a submodule's would be the submodule once that is imported: none is exported.
     if name in _EXPORTS:
         return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
     registry = importlib.import_module(f"{__name__}.registry")

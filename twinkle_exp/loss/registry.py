@@ -59,6 +59,9 @@ def register_loss(cls: type) -> type:
         raise TypeError(f"{cls.__name__} needs a class attribute `name`, the name of its `loss=` option")
     if cls.name in LOSSES:
         raise ValueError(f"a loss named {cls.name!r} is already registered ({LOSSES[cls.name].__name__})")
+    owner = next((k for k in cls.__mro__ if "per_token" in k.__dict__), object)
+    if owner.__mro__[1] is object:  # only the base's placeholder: nothing to optimise
+        raise TypeError(f"{cls.__name__} needs a `per_token(self, spec, b, ratio)` method, its objective")
     cls = loss_dataclass(cls)
     LOSSES[cls.name] = cls
     return cls
