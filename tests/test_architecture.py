@@ -128,26 +128,13 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(groups)
 
 
-# The loss library's objective table and its pipeline import each other for type hints only; the loss
-# branch of issue 28 removes this circle. Until it lands, it is the one circle allowed, and the test below
-# fails (as an unexpected pass) the day it is gone, so that this exemption goes with it.
-KNOWN_CYCLES = [["twinkle_exp.loss.core", "twinkle_exp.loss.objectives", "twinkle_exp.loss.objectives_zoo"]]
-
-
 def _module_graph() -> dict[str, set[str]]:
     return {_module(p): {m for m in _imports(p) if m != "twinkle_exp"} for p in MODULES}
 
 
 def test_no_module_imports_itself_back_through_others():
-    cycles = [c for c in _cycles(_module_graph()) if c not in KNOWN_CYCLES]
+    cycles = _cycles(_module_graph())
     assert not cycles, "import circles: " + "; ".join(" <-> ".join(c) for c in cycles)
-
-
-@pytest.mark.xfail(
-    strict=True, reason="the loss branch removes the circle core <-> objectives <-> objectives_zoo"
-)
-def test_the_known_loss_circle_is_gone():
-    assert not [c for c in _cycles(_module_graph()) if c in KNOWN_CYCLES]
 
 
 def test_the_report_reads_runs_through_the_run_directory_contract_alone():
@@ -187,10 +174,8 @@ def _unit_in(path: Path, package: Path) -> str:
 
 
 @pytest.mark.slow
-# Through metric_names -> loss.metric_keys, whose package __init__ imports torch until the loss branch of
-# issue 28 makes it lazy; the day it does this passes unexpectedly, and the mark goes.
-@pytest.mark.xfail(strict=True, reason="loss/__init__ imports torch until the loss branch lands")
 def test_the_report_imports_neither_torch_nor_lightning():
+    """The report reaches the loss's metric keys through metric_names; loss/__init__ loads names lazily."""
     code = "import sys, twinkle_exp.report.__main__; print(sorted({'torch', 'lightning'} & set(sys.modules)))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

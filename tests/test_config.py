@@ -1,11 +1,12 @@
 """Every option of every config group composes (and instantiates); bad overrides fail naming the problem.
 
-Options are discovered from the YAML files of the installed `twinkle_exp.conf` package, so a new option is
-tested without editing this file.
+Options are discovered from the YAML files of the installed `twinkle_exp.conf` package and, for the `loss`
+group, from the loss registry, so a new option is tested without editing this file.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import json
 import random
@@ -16,6 +17,7 @@ from hydra import compose
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from twinkle_exp.config.schema import LOSS_EXPERIMENT_DEFAULTS
 from twinkle_exp.config.store import register_configs
 from twinkle_exp.loss import LOSSES, PolicyGradientLoss, SAPOLoss
 from twinkle_exp.policy.build import Policy
@@ -30,6 +32,7 @@ GROUPS: dict[str, list[str]] = {
     for d in CONF.iterdir()
     if d.is_dir() and d.name not in ("hydra", "__pycache__")
 }
+GROUPS["loss"] = sorted(LOSSES)  # stored from the registry: no yaml (twinkle_exp.config.store)
 OPTIONS = [(group, option) for group, options in sorted(GROUPS.items()) for option in options]
 APPENDED = {"experiment", "sweep"}  # not in the defaults list: selected with +group=option
 
@@ -44,6 +47,8 @@ def _compose(*overrides: str) -> DictConfig:
 def _yaml_values(group: str, option: str) -> tuple[bool, dict[str, Any]]:
     """(is the option `@package _global_`, its own keys without the defaults list), read from the file."""
     path = CONF / group / f"{option}.yaml"
+    if group == "loss":
+        return False, {}  # its values are its class's defaults: test_loss_option_defaults_are_its_class_s
     text = path.read_text()
     values = OmegaConf.to_container(OmegaConf.create(text), resolve=False) or {}
     values.pop("defaults", None)
@@ -71,7 +76,7 @@ def test_discovery_finds_the_groups_of_the_design():
     expected |= {"trainer", "warmup"}
     assert expected <= set(GROUPS), sorted(GROUPS)
     assert {"bnpo", "cispo", "drgrpo", "grpo", "gspo", "sapo"} <= set(GROUPS["loss"])
-    assert sorted(LOSSES) == GROUPS["loss"]
+    assert not (CONF / "loss").is_dir(), "the loss options come from the registry alone"
 
 
 @pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
@@ -109,7 +114,18 @@ def test_loss_option_instantiates_its_class_with_the_yaml_parameters(option):
         if value is None and key in ("tau_pos", "tau_neg"):
             value = params["tau"]  # None: the same as tau
         assert getattr(loss, key) == value, f"{option}: {key}"
-    assert loss.beta == 0.01  # conf/loss/*.yaml default, unlike the class's 0.0
+    assert loss.beta == 0.01  # the experiment's default (LOSS_EXPERIMENT_DEFAULTS), unlike the class's 0.0
+
+
+@pytest.mark.parametrize("option", GROUPS["loss"])
+def test_loss_option_defaults_are_its_class_s(option):
+    """`loss=<name>` composes to the class's own defaults, but for the experiment's and the class's
+    `config_defaults` (interpolations into the rest of the config)."""
+    cls = LOSSES[option]
+    composed = OmegaConf.to_container(_compose(f"loss={option}").loss, resolve=False)
+    assert composed.pop("_target_") == f"twinkle_exp.loss.{cls.__name__}"
+    overrides = {**LOSS_EXPERIMENT_DEFAULTS, **cls.config_defaults}
+    assert composed == {f.name: overrides.get(f.name, f.default) for f in dataclasses.fields(cls)}
 
 
 def test_sapo_tau_override():

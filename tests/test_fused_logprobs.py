@@ -24,9 +24,9 @@ os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("numpy")  # the interpreter's arrays
 pytest.importorskip("triton")
 
-from twinkle_exp.loss import IGNORE_INDEX, fused_kernels, fused_logprobs, hidden_chunks, tile_backend  # noqa: E402
-from twinkle_exp.loss import hidden_log_probs as _hidden_log_probs  # noqa: E402
-from twinkle_exp.loss.tile_backend import tile_loops  # noqa: E402
+from twinkle_exp.logprobs import IGNORE_INDEX, fused_kernels, fused_logprobs, hidden_chunks, tile_backend  # noqa: E402
+from twinkle_exp.logprobs import hidden_log_probs as _hidden_log_probs  # noqa: E402
+from twinkle_exp.logprobs.tile_backend import tile_loops  # noqa: E402
 
 if not fused_kernels.INTERPRETED:  # imported by someone before the variable was set: decorate again
     importlib.reload(fused_kernels)
@@ -183,7 +183,7 @@ def test_triton_on_cpu_without_the_interpreter_is_refused(monkeypatch):
 
 
 def test_missing_triton_is_named(monkeypatch):
-    from twinkle_exp.loss import tile_backend
+    from twinkle_exp.logprobs import tile_backend
 
     monkeypatch.setattr(tile_backend, "triton_installed", lambda: False)
     assert tile_loops("auto", torch.device("cuda"), torch.float32) is hidden_chunks
@@ -207,7 +207,7 @@ def test_the_package_imports_and_runs_without_triton():
     code = (
         "import sys; sys.modules['triton'] = None\n"
         "import torch, twinkle_exp, twinkle_exp.loss, twinkle_exp.policy.build\n"
-        "from twinkle_exp.loss import hidden_log_probs\n"
+        "from twinkle_exp.logprobs import hidden_log_probs\n"
         "h, w, y = torch.randn(4, 3), torch.randn(5, 3), torch.tensor([0, 1, 2, 4])\n"
         "print(hidden_log_probs(h, w, y)[0].shape)\n"
         "try:\n"

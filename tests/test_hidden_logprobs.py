@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from twinkle_exp.loss import IGNORE_INDEX, hidden_log_probs, shift_hidden_to_labels
+from twinkle_exp.logprobs import IGNORE_INDEX, hidden_log_probs, shift_hidden_to_labels
 
 N_ROWS, T, H, V = 3, 7, 5, 13
 

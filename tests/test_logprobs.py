@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from twinkle_exp.loss import IGNORE_INDEX, selective_log_softmax, shift_logits_to_labels, token_entropy
+from twinkle_exp.logprobs import IGNORE_INDEX, selective_log_softmax, shift_logits_to_labels, token_entropy
 
 
 def naive(logits, labels, temperature=1.0):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from twinkle_exp.benchmarks import logprobs
-from twinkle_exp.loss.chunked_softmax import CHUNK_ELEMENTS, CUDA_CHUNK_ELEMENTS, chunk_elements
+from twinkle_exp.logprobs.chunked_softmax import CHUNK_ELEMENTS, CUDA_CHUNK_ELEMENTS, chunk_elements
 
 
 def test_chunks_are_larger_on_a_gpu():

@@ -6,16 +6,9 @@ import pytest
 import torch
 from loss_helpers import ALL_LOSSES, IGN, make_loss, random_padded_batch
 
-from twinkle_exp.loss import (
-    GRPOLoss,
-    GSPOLoss,
-    SAPOLoss,
-    kl_penalty,
-    shift_logits_to_labels,
-)
-from twinkle_exp.loss import (
-    metric_keys as K,
-)
+from twinkle_exp.logprobs import shift_logits_to_labels
+from twinkle_exp.loss import GRPOLoss, GSPOLoss, SAPOLoss, kl_penalty
+from twinkle_exp.loss import metric_keys as K
 
 LENGTHS = [3, 1, 5, 2]
 

@@ -10,6 +10,7 @@ from loss_helpers import IGN, one_token_batch
 
 from twinkle_exp.loss import BNPOLoss, CISPOLoss, DRGRPOLoss, GRPOLoss, GSPOLoss, SAPOLoss
 from twinkle_exp.loss import metric_keys as K
+from twinkle_exp.loss.objectives.soft_gates import SAPO_GATE
 
 
 def run(loss_fn, ratio, adv):
@@ -64,12 +65,12 @@ def test_sapo_gate_values():
     # r = 1, tau = 1, A = 1: sigmoid(0) = 0.5 -> loss -(4/1) 0.5 = -2; gate 4 * 0.5 * 0.5 = 1; grad -1 * r * A = -1.
     out, g = run(SAPOLoss(tau=1.0), 1.0, 1.0)
     assert (out.loss.item(), g) == (pytest.approx(-2.0), pytest.approx(-1.0))
-    assert out.metrics[K.SAPO_GATE].item() == pytest.approx(1.0)
+    assert out.metrics[SAPO_GATE].item() == pytest.approx(1.0)
     # r = 1.5, tau = 2, A = 1: s = sigmoid(2 * 0.5) = 0.731059 -> loss -(4/2) s = -1.462117;
     # gate 4 s (1 - s) = 0.786448; grad -gate * r * A = -1.179672.
     out, g = run(SAPOLoss(tau=2.0), 1.5, 1.0)
     assert out.loss.item() == pytest.approx(-1.462117, abs=1e-6)
-    assert out.metrics[K.SAPO_GATE].item() == pytest.approx(0.786448, abs=1e-6)
+    assert out.metrics[SAPO_GATE].item() == pytest.approx(0.786448, abs=1e-6)
     assert g == pytest.approx(-1.179672, abs=1e-6)
     # A = -1 uses tau_neg = 1.05: r = 0.8, s = sigmoid(1.05 * -0.2) = sigmoid(-0.21) = 0.447692
     # -> loss -(4 / 1.05) * s * (-1) = 1.705493.

@@ -9,8 +9,9 @@ import pytest
 import torch
 from loss_zoo_helpers import IGN, zoo_batch
 
-from twinkle_exp.loss import LOSSES, ROLLOUT_MODES, completion_mask, rollout_correction
+from twinkle_exp.loss import LOSSES, ROLLOUT_MODES, completion_mask
 from twinkle_exp.loss import metric_keys as K
+from twinkle_exp.loss.rollout_correction import rollout_correction
 
 LENGTHS = [3, 1, 5, 2]
 
@@ -139,11 +140,10 @@ def _policy_loss(loss_fn, inputs, weights):
     """The policy loss recomputed with the per-token policy term times the weights, by hand."""
     from twinkle_exp.loss.batch import prepare_batch
     from twinkle_exp.loss.core import _aggregate, _importance_weight
-    from twinkle_exp.loss.objectives import OBJECTIVES
 
     spec = loss_fn.spec
     b = prepare_batch(**{k: v for k, v in inputs.items() if k != "entropies"})
-    per_token, _ = OBJECTIVES[spec.objective].per_token(spec, b, _importance_weight(spec, b))
+    per_token, _ = loss_fn.per_token(spec, b, _importance_weight(spec, b))
     return _aggregate(spec, b, per_token * weights, b.num_seqs, b.num_tokens).detach().float()
 
 

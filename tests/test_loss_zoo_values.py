@@ -11,6 +11,8 @@ from loss_zoo_helpers import zoo_batch
 
 from twinkle_exp.loss import LOSSES
 from twinkle_exp.loss import metric_keys as K
+from twinkle_exp.loss.objectives.clipped import CLIP_COV, DUAL_CLIP, KL_COV
+from twinkle_exp.loss.objectives.reinforce import TOPR_WEIGHT, VESPO_PHI
 
 LENGTHS = [3, 1, 5, 2, 4]
 LO, HI = 0.2, 0.28
@@ -239,7 +241,7 @@ def test_vespo_phi_metric_and_weight_at_ratio_one():
         w = math.exp(float((s.logp.detach() - s.old).sum()))
         kk, ll = (2.0, 3.0) if s.adv[0] >= 0 else (3.0, 2.0)
         phis += [w**kk * math.exp(ll * (1 - w))] * len(s.logp)
-    assert out.metrics[K.VESPO_PHI].item() == pytest.approx(sum(phis) / len(phis), rel=1e-6)
+    assert out.metrics[VESPO_PHI].item() == pytest.approx(sum(phis) / len(phis), rel=1e-6)
     # On-policy w = 1, phi(1) = e^lambda 1^k e^-lambda = 1: plain REINFORCE, token mean (GPG's gradient).
     on = dict(inputs, old_logps=None)
     g_vespo = torch.autograd.grad(LOSSES["vespo"]()(**on).loss, inputs["logps"])[0]
@@ -251,7 +253,7 @@ def test_topr_weight_metric():
     inputs, seqs = zoo_batch(LENGTHS, seed=2)
     out = LOSSES["topr"](ratio_level="token")(**inputs)
     expected = frac(seqs, lambda s: torch.where(s.adv > 0, 1.0, ratio(s).detach().clamp(0, 1)))
-    assert out.metrics[K.TOPR_WEIGHT].item() == pytest.approx(expected)
+    assert out.metrics[TOPR_WEIGHT].item() == pytest.approx(expected)
 
 
 # --- Clip-Cov and KL-Cov: token selection by covariance -----------------------------------------------
@@ -282,7 +284,7 @@ def test_clip_cov_detaches_every_band_token_when_the_share_is_one():
     )
     out = check(loss_fn, ref, inputs, seqs)
     band = sum(int(((c > lb) & (c < ub)).sum()) for c in covs)
-    assert 0 < out.metrics[K.CLIP_COV].item() <= band / sum(LENGTHS)
+    assert 0 < out.metrics[CLIP_COV].item() <= band / sum(LENGTHS)
 
 
 def test_clip_cov_detaches_the_requested_share_drawn_from_the_band():
@@ -290,7 +292,7 @@ def test_clip_cov_detaches_the_requested_share_drawn_from_the_band():
     loss_fn = LOSSES["clip_cov"](clip_cov_ratio=0.1, clip_cov_lb=-1.0, clip_cov_ub=1.0)
     torch.manual_seed(0)
     out = loss_fn(**inputs)
-    assert out.metrics[K.CLIP_COV].item() == pytest.approx(int(0.1 * 120) / 120)
+    assert out.metrics[CLIP_COV].item() == pytest.approx(int(0.1 * 120) / 120)
     grad = torch.autograd.grad(out.loss, inputs["logps"])[0]
     mask = inputs["labels"] != -100
     # the detached tokens are the masked tokens with zero gradient (A != 0 everywhere, so no other is zero)
@@ -313,7 +315,7 @@ def test_kl_cov_penalises_the_top_covariance_tokens():
         return token_mean(seqs, terms)
 
     out = check(LOSSES["kl_cov"](kl_cov_ratio=share + 1e-9, kl_cov_coef=0.5), ref, inputs, seqs)
-    assert out.metrics[K.KL_COV].item() == pytest.approx(3 / n)
+    assert out.metrics[KL_COV].item() == pytest.approx(3 / n)
 
 
 # --- the switches -------------------------------------------------------------------------------------
@@ -331,7 +333,7 @@ def test_dual_clip_bounds_negative_advantage_losses():
     out = check(LOSSES["grpo"](clip_ratio_c=c), ref, inputs, seqs)
     dual = frac(seqs, lambda s: (s.adv < 0) & (ppo(ratio(s), s.adv, LO, LO) > -c * s.adv))
     assert dual > 0
-    assert out.metrics[K.DUAL_CLIP].item() == pytest.approx(dual)
+    assert out.metrics[DUAL_CLIP].item() == pytest.approx(dual)
 
 
 def test_delta_caps_the_unclipped_ratio():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.loss import IGNORE_INDEX
+from twinkle_exp.logprobs import IGNORE_INDEX
 from twinkle_exp.loss.advantages import group_advantages
 from twinkle_exp.sampling.generate import RolloutBatch
 from twinkle_exp.training.prompt_repeats import (

@@ -6,7 +6,7 @@ import pytest
 import torch
 from hf_helpers import tiny_qwen2, with_lora
 
-from twinkle_exp.loss import IGNORE_INDEX, shift_logits_to_labels, token_entropy
+from twinkle_exp.logprobs import IGNORE_INDEX, shift_logits_to_labels, token_entropy
 from twinkle_exp.models import TinyCausalLM, build_tiny_hf_model
 from twinkle_exp.models.backbone import output_head
 from twinkle_exp.policy.logprobs import sequence_logps

@@ -97,7 +97,7 @@ def test_grid_sweep_values_name_real_keys_and_choices(name):
     """Every swept value composes as an override of a job (each key varied from the grid's first point)."""
     cfg = _compose([f"+sweep={name}"], hydra=True)
     assert "BasicSweeper" in cfg.hydra.sweeper._target_
-    grid = _grid(OmegaConf.to_container(cfg.hydra.sweeper.params))
+    grid = _grid(OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=True))  # as the sweeper gets it
     assert len(grid) >= 2 and all(len(v) >= 2 for v in grid.values()), grid
     base = [values[0] for values in grid.values()]
     composed = 0
@@ -116,7 +116,9 @@ def test_grids_are_what_their_headers_say():
         return {
             k: [o.split("=", 1)[1] for o in v]
             for k, v in _grid(
-                OmegaConf.to_container(_compose([f"+sweep={name}"], hydra=True).hydra.sweeper.params)
+                OmegaConf.to_container(
+                    _compose([f"+sweep={name}"], hydra=True).hydra.sweeper.params, resolve=True
+                )
             ).items()
         }
 
@@ -135,6 +137,7 @@ def test_grids_are_what_their_headers_say():
     gspo = _compose(["+sweep=six_losses", "+experiment=gspo_paper"])
     assert gspo.loss._target_.endswith("GSPOLoss") and gspo.loss.clip_range == 3e-4
     assert sorted(grid("six_losses_quick")["loss"]) == six and grid("six_losses_quick")["seed"] == ["0", "1"]
+    assert grid("zoo")["loss"] == list(LOSSES)  # the registry's list, not one of its own
     assert [float(t) for t in grid("sapo_tau")["loss.tau"]] == [0.25, 0.5, 1.0, 2.0]
     assert _compose(["+sweep=sapo_tau"]).loss._target_ == "twinkle_exp.loss.SAPOLoss"
     clip = grid("clip_range")

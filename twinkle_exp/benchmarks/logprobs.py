@@ -32,10 +32,10 @@ from twinkle_exp.benchmarks.harness import (
     median,
     print_child_result,
 )
-from twinkle_exp.loss import hidden_log_probs, selective_log_softmax
-from twinkle_exp.loss.chunked_softmax import chunk_elements
-from twinkle_exp.loss.hidden_logprobs import DEFAULT_CHUNK_TOKENS
-from twinkle_exp.loss.tile_backend import BACKENDS, tile_loops
+from twinkle_exp.logprobs import hidden_log_probs, selective_log_softmax
+from twinkle_exp.logprobs.chunked_softmax import chunk_elements
+from twinkle_exp.logprobs.hidden_logprobs import DEFAULT_CHUNK_TOKENS
+from twinkle_exp.logprobs.tile_backend import BACKENDS, tile_loops
 
 METHODS = ("hidden", "naive", "selective")
 

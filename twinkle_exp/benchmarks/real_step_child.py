@@ -50,7 +50,7 @@ class _Counter:
 
     def __init__(self, module):
         import twinkle_exp.training.module as module_file
-        from twinkle_exp.loss import IGNORE_INDEX
+        from twinkle_exp.logprobs import IGNORE_INDEX
         from twinkle_exp.models.backbone import unwrap_peft
 
         self.by_rollout: dict[int, TokenCounts] = {}

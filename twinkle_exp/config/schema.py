@@ -268,7 +268,8 @@ class Config(Related):
                 f"optim.num_minibatches={minibatches}: a rollout has only {rows} samples "
                 f"(rollout.prompts_per_step x rollout.group_size); use at most {rows}"
             )
-        buffer, budget = c["reward"].get("overlong_buffer", 0), c["rollout"]["max_new_tokens"]
+        reward = c["reward"] if isinstance(c["reward"], Mapping) else {}  # MISSING in a partial config
+        buffer, budget = reward.get("overlong_buffer", 0), c["rollout"]["max_new_tokens"]
         if isinstance(buffer, int) and isinstance(budget, int) and buffer > budget:
             problems.append(
                 f"reward.overlong_buffer={buffer}: longer than the sampler's budget "

@@ -1,8 +1,10 @@
 """The Hydra ConfigStore: the loop's schemas, and those derived from the registries of losses, tasks, policies.
 
 A loss, task or policy is defined by its own class or factory; its schema is derived from that signature
-(`derived_schema`), so a parameter and its default are written once. Importing this module imports the
-registries, which import torch but neither Lightning nor transformers (those load when a stage is built).
+(`derived_schema`), so a parameter and its default are written once. A loss's `loss=<name>` option is
+its schema itself (no yaml): the loss registry, with the modules `TWINKLE_EXP_LOSSES` names, is the one list
+of losses. Importing this module imports the registries, which import torch but neither Lightning nor
+transformers (those load when a stage is built).
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from twinkle_exp.config.schema import (
     TrainerConfig,
     WarmupConfig,
 )
-from twinkle_exp.loss import LOSSES
 from twinkle_exp.loss.advantages import ESTIMATORS
+from twinkle_exp.loss.registry import losses, target_path
 from twinkle_exp.policy.build import POLICIES
 from twinkle_exp.tasks import TASKS
 
@@ -45,18 +47,21 @@ def import_path(target: Callable) -> str:
     return f"{package if exported else target.__module__}.{target.__qualname__}"
 
 
-def derived_schema(target: Callable, name: str, defaults: dict[str, Any] | None = None) -> type:
+def derived_schema(
+    target: Callable, name: str, defaults: dict[str, Any] | None = None, path: str | None = None
+) -> type:
     """A dataclass schema with `_target_` and one typed field per keyword parameter of `target`.
 
     `target` is a class (its `__init__`, or a dataclass's fields) or a factory function; every parameter
-    needs a type annotation, and one without a default is mandatory (`???`). `defaults` overrides defaults.
+    needs a type annotation, and one without a default is mandatory (`???`). `defaults` overrides defaults;
+    `path` the `_target_` (default: `import_path(target)`).
     """
     hints_of = target if dataclasses.is_dataclass(target) else getattr(target, "__init__", target)
     hints = typing.get_type_hints(hints_of) if isinstance(target, type) else typing.get_type_hints(target)
     checks = (
         {f.name: f.metadata for f in dataclasses.fields(target)} if dataclasses.is_dataclass(target) else {}
     )
-    fields: list[tuple[str, Any, Any]] = [("_target_", str, field(default=import_path(target)))]
+    fields: list[tuple[str, Any, Any]] = [("_target_", str, field(default=path or import_path(target)))]
     for p in inspect.signature(target).parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
@@ -79,8 +84,13 @@ def option_schemas() -> dict[str, dict[str, type]]:
     return {
         "loss": {
             # "GRPOConfig", so Hydra's message names the loss: "Key 'tau' not in 'GRPOConfig'".
-            name: derived_schema(cls, cls.__name__.removesuffix("Loss") + "Config", LOSS_EXPERIMENT_DEFAULTS)
-            for name, cls in LOSSES.items()
+            name: derived_schema(
+                cls,
+                cls.__name__.removesuffix("Loss") + "Config",
+                {**LOSS_EXPERIMENT_DEFAULTS, **cls.config_defaults},
+                target_path(cls),
+            )
+            for name, cls in losses().items()
         },
         "task": {name: derived_schema(cls, cls.__name__ + "Config") for name, cls in TASKS.items()},
         "policy": {
@@ -101,13 +111,21 @@ TYPED_GROUPS = {
 }
 
 
+# Groups whose options are their schemas, with no yaml of their own: the registry is their one source.
+STORED_GROUPS = ("loss",)
+LOSS_NAMES_RESOLVER = "twinkle_losses"  # `${twinkle_losses:}`: the registered losses, comma-separated
+
+
 def register_configs() -> None:
-    """Store the schemas under `schema/<group>`; each `conf/<group>/<option>.yaml` extends one of them."""
+    """Store the schemas under `schema/<group>`; each `conf/<group>/<option>.yaml` extends one of them, and
+    each loss (from the registry, `TWINKLE_EXP_LOSSES` included) is a `loss` option of its own."""
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     for group, schemas in option_schemas().items():
         for name, node in schemas.items():
             cs.store(group=f"schema/{group}", name=name, node=node)
+            if group in STORED_GROUPS:
+                cs.store(group=group, name=name, node=node)
     for group, node in TYPED_GROUPS.items():
         cs.store(group=f"schema/{group}", name="base", node=node)
     # `advantage=<estimator>` for every registered estimator but group_relative, whose three scales are the
@@ -115,6 +133,8 @@ def register_configs() -> None:
     for name in ESTIMATORS:
         if name != "group_relative":
             cs.store(group="advantage", name=name, node=AdvantageConfig(estimator=name))
+    # The zoo sweep's list of losses (conf/sweep/zoo.yaml).
+    OmegaConf.register_new_resolver(LOSS_NAMES_RESOLVER, lambda: ",".join(losses()), replace=True)
 
 
 # Groups whose options are classes or factories: they reach the code as resolved dicts for `instantiate`.

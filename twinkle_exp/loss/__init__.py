@@ -1,74 +1,45 @@
-"""GRPO-family policy-gradient losses on one shared pipeline (see the README's loss table)."""
+"""GRPO-family policy-gradient losses on one shared pipeline (docs/losses.md, the README's loss table).
 
-from twinkle_exp.loss import metric_keys
-from twinkle_exp.loss.batch import completion_mask
-from twinkle_exp.loss.core import OBJECTIVES, LossOutput, LossSpec, compute_loss, derived_clip_metrics
-from twinkle_exp.loss.hidden_logprobs import hidden_log_probs, shift_hidden_to_labels
-from twinkle_exp.loss.kl import KL_ESTIMATORS, kl_penalty
-from twinkle_exp.loss.logprobs import (
-    IGNORE_INDEX,
-    selective_log_softmax,
-    shift_logits_to_labels,
-    token_entropy,
-)
-from twinkle_exp.loss.params import param
-from twinkle_exp.loss.protocol import LossFn
-from twinkle_exp.loss.rollout_correction import ROLLOUT_MODES, rollout_correction
-from twinkle_exp.loss.variants import (
-    LOSSES,
-    BNPOLoss,
-    CISPOLoss,
-    DRGRPOLoss,
-    GRPOLoss,
-    GSPOLoss,
-    PolicyGradientLoss,
-    SAPOLoss,
-    get_loss_class,
-    register_loss,
-)
-from twinkle_exp.loss.zoo import ClipCovLoss, DAPOLoss, GMPOLoss, GSPOTokenLoss, KLCovLoss, LUSPOLoss
-from twinkle_exp.loss.zoo_reinforce import DPPOKLLoss, DPPOTVLoss, GPGLoss, KimiLoss, TOPRLoss, VESPOLoss
+Names load on first use, so that `from twinkle_exp.loss import metric_keys` (the report's way in) and the
+registry import no torch. A loss class is found by its class name (`twinkle_exp.loss.SAPOLoss`, the
+`_target_` every run directory records) once the registry has loaded the objective modules.
+"""
 
-__all__ = [
-    "IGNORE_INDEX",
-    "KL_ESTIMATORS",
-    "LOSSES",
-    "OBJECTIVES",
-    "ROLLOUT_MODES",
-    "BNPOLoss",
-    "ClipCovLoss",
-    "DAPOLoss",
-    "DPPOKLLoss",
-    "DPPOTVLoss",
-    "GMPOLoss",
-    "GPGLoss",
-    "GSPOTokenLoss",
-    "KLCovLoss",
-    "KimiLoss",
-    "LUSPOLoss",
-    "TOPRLoss",
-    "VESPOLoss",
-    "CISPOLoss",
-    "DRGRPOLoss",
-    "GRPOLoss",
-    "GSPOLoss",
-    "LossFn",
-    "LossOutput",
-    "LossSpec",
-    "PolicyGradientLoss",
-    "SAPOLoss",
-    "completion_mask",
-    "compute_loss",
-    "derived_clip_metrics",
-    "get_loss_class",
-    "hidden_log_probs",
-    "kl_penalty",
-    "metric_keys",
-    "param",
-    "register_loss",
-    "rollout_correction",
-    "selective_log_softmax",
-    "shift_hidden_to_labels",
-    "shift_logits_to_labels",
-    "token_entropy",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# name -> the module that defines it (the losses themselves come from the registry)
+_EXPORTS = {
+    "LossOutput": "core",
+    "LossSpec": "core",
+    "compute_loss": "core",
+    "derived_clip_metrics": "core",
+    "LOG_RATIO_CLAMP": "core",
+    "completion_mask": "batch",
+    "KL_ESTIMATORS": "kl",
+    "kl_penalty": "kl",
+    "param": "params",
+    "LossFn": "protocol",
+    "ROLLOUT_MODES": "rollout_correction",  # its function: `from twinkle_exp.loss.rollout_correction import ...`
+    "PolicyGradientLoss": "base",
+    "register_loss": "registry",
+    "get_loss_class": "registry",
+}
+
+__all__ = sorted([*_EXPORTS, "LOSSES"])
+
+
+def __getattr__(name: str) -> Any:
+    # A name that is also a submodule's would be the submodule once that is imported: none is exported.
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    registry = importlib.import_module(f"{__name__}.registry")
+    if name == "LOSSES":
+        return registry.losses()
+    if name.endswith("Loss") and not name.startswith("_"):
+        for cls in registry.losses().values():
+            if cls.__name__ == name and registry.target_path(cls) == f"{__name__}.{name}":
+                return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from twinkle_exp.loss.logprobs import IGNORE_INDEX, shift_logits_to_labels
+from twinkle_exp.logprobs.logits import IGNORE_INDEX, shift_logits_to_labels
 
 
 @dataclass
@@ -57,6 +57,12 @@ def sequence_starts(labels: torch.Tensor, position_ids: torch.Tensor | None = No
         rows = (position_ids[:, 0] != 0).nonzero().flatten().tolist()
         raise ValueError(f"packed input: position_ids must start at 0 in every row; rows {rows} do not")
     return position_ids == 0
+
+
+def sequence_ids(starts: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """`[B, T]` long index of the sequence each token belongs to (row-major order, padded and packed rows
+    alike), and the number of sequences, from `sequence_starts`' `[B, T]` bool."""
+    return starts.reshape(-1).long().cumsum(0).reshape(starts.shape) - 1, int(starts.sum())
 
 
 def _completion_mask(labels: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
@@ -126,8 +132,7 @@ def prepare_batch(
     _check_like("rollout_weights", rollout_weights, labels)
 
     starts = sequence_starts(labels, position_ids)
-    seq_ids = starts.reshape(-1).long().cumsum(0).reshape(labels.shape) - 1  # [B, T] sequence index per token
-    num_seqs = int(starts.sum())
+    seq_ids, num_seqs = sequence_ids(starts)
     mask = _completion_mask(labels, starts)
     if advantages.shape == labels.shape:
         token_adv = advantages

@@ -1,15 +1,14 @@
 """The shared policy-gradient pipeline: importance weight -> per-token objective -> masks -> KL -> aggregation.
 
-Every public loss is a preset of `LossSpec`; the objectives are the table in `objectives.py`. This module is
-pure functions of tensors.
+A loss hands `compute_loss` its pipeline settings (`LossSpec`) and its objective (`Objective`: the loss
+object itself, see `base.PolicyGradientLoss`). This module is pure functions of tensors.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
 import torch
 
@@ -17,54 +16,72 @@ from twinkle_exp.loss import metric_keys as K
 from twinkle_exp.loss import seq_ops
 from twinkle_exp.loss.batch import TokenBatch
 from twinkle_exp.loss.kl import kl_penalty
-from twinkle_exp.loss.objectives import OBJECTIVES, Objective
 
 IMPORTANCE_LEVELS = ("token", "sequence", "sequence_token")
 AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "constant", "seq_sum")
-LOG_RATIO_CLAMP = 20.0
+CLIP_SIDES = ("low", "high")
+LOG_RATIO_CLAMP = 20.0  # |log pi/pi_old| beyond this is clamped before exp: e^20 is already far off-policy
 
-__all__ = ["AGGREGATIONS", "IMPORTANCE_LEVELS", "OBJECTIVES", "LossOutput", "LossSpec", "Objective"]
+__all__ = ["AGGREGATIONS", "CLIP_SIDES", "IMPORTANCE_LEVELS", "LOG_RATIO_CLAMP", "LossOutput", "LossSpec"]
 
 
 class LossOutput(NamedTuple):
     loss: torch.Tensor  # scalar with grad
-    metrics: dict[str, torch.Tensor]  # detached scalars, keys from metric_keys
+    metrics: dict[str, torch.Tensor]  # detached scalars, keys from metric_keys and the objective's own
 
 
 @dataclass(frozen=True)
 class LossSpec:
+    """The pipeline's settings, the same for every objective (an objective's own parameters stay its own)."""
+
     importance: str  # one of IMPORTANCE_LEVELS
-    objective: str  # a key of OBJECTIVES
     aggregation: str  # one of AGGREGATIONS
-    clip_low: float
-    clip_high: float
+    clip_range: float  # the lower clip: r < 1 - clip_range with A < 0
+    clip_range_high: float  # the upper clip: r > 1 + clip_range_high with A > 0 (resolved, never None)
     beta: float = 0.0
     kl_estimator: str = "k3"
-    tau_pos: float = 1.0
-    tau_neg: float = 1.0
-    max_completion_length: int | None = None
+    max_completion_length: int | None = None  # the "constant" aggregation's length (None: the longest)
     # The switches (docs/losses.md); each default leaves the pipeline as it was.
-    clip_ratio_c: float | None = None  # dual clip: for A < 0 the clipped loss is at most -c A
-    delta: float | None = None  # two-sided cap on the unclipped ratio
     kl_bias_correction: bool = False  # KL term weighted by the importance ratio (DeepSeek-V3.2, TRL)
-    cispo_floor: bool = False  # CISPO's weight also clipped below at 1 - lo (verl's form)
     off_policy_mask_threshold: float | None = None  # drop A < 0 sequences whose mean (old - logp) exceeds it
     top_entropy_quantile: float = 1.0  # train the policy term on the top share of tokens by entropy only
     entropy_coef: float = 0.0  # loss -= coef * token mean of the entropy over the step
-    options: Mapping[str, Any] = field(default_factory=dict)  # the objective's own parameters
 
     @property
     def needs_entropy(self) -> bool:
         return self.top_entropy_quantile < 1.0 or self.entropy_coef != 0.0
 
 
+class Objective(Protocol):
+    """A per-token policy loss, as the pipeline calls it."""
+
+    @property
+    def metric_keys(self) -> tuple[str, ...]:
+        """The keys of `per_token`'s metrics dict, reported (as 0) even for an empty batch."""
+
+    clip_sides: tuple[str, ...]  # of CLIP_SIDES: the PPO-style clip counts the pipeline reports for it
+
+    def per_token(
+        self, spec: LossSpec, b: TokenBatch, ratio: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """`ratio` `[B, T]` -> (`[B, T]` per-token policy loss, `{metric key: [B, T] indicator or weight}`).
+
+        Two keys are special: `K.CLIP_LOW` and `K.CLIP_HIGH`, bool `[B, T]`, replace the pipeline's PPO-style
+        clip counts for an objective whose trust region is not the ratio's (GMPO's log-space clip, DPPO's)."""
+
+
+def log_ratio(b: TokenBatch) -> torch.Tensor:
+    """`[B, T]` d = log pi - log pi_old, clamped to +-LOG_RATIO_CLAMP, 0 off the mask; grad through logps."""
+    return (b.logps - b.old_logps).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP) * b.mask
+
+
 def _importance_weight(spec: LossSpec, b: TokenBatch) -> torch.Tensor:
     """`[B, T]` ratio r = pi / pi_old per token, or GSPO's sequence ratio broadcast over its tokens."""
-    log_ratio = (b.logps - b.old_logps).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP) * b.mask
+    d = log_ratio(b)
     if spec.importance == "token":
-        return torch.exp(log_ratio)
+        return torch.exp(d)
     # GSPO: s_i = exp(mean_t d_it), the length-normalised sequence likelihood ratio; grad flows through the mean.
-    seq_log_ratio = seq_ops.per_token(seq_ops.seq_mean(log_ratio, b), b)
+    seq_log_ratio = seq_ops.per_token(seq_ops.seq_mean(d, b), b)
     if spec.importance == "sequence":
         return torch.exp(seq_log_ratio)
     # GSPO-token: the value of s_i, the gradient of each token's own log-prob (s_i grad logp_t).
@@ -99,21 +116,20 @@ def _check_totals(b: TokenBatch, num_sequences: int | None, num_tokens: int | No
     return seqs, tokens
 
 
-def _metric_keys(spec: LossSpec, b: TokenBatch) -> list[str]:
+def _metric_keys(spec: LossSpec, objective: Objective, b: TokenBatch) -> list[str]:
     keys = list(K.COMMON) + ([K.KL] if b.ref_logps is not None else [])
-    keys += OBJECTIVES[spec.objective].metric_keys
-    keys += [K.DUAL_CLIP] if spec.clip_ratio_c is not None and spec.objective == "clip" else []
+    keys += objective.metric_keys
     keys += [K.OFF_POLICY_MASKED] if spec.off_policy_mask_threshold is not None else []
     keys += [K.TOP_ENTROPY_KEPT] if spec.top_entropy_quantile < 1.0 else []
     return keys
 
 
-def _empty_output(b: TokenBatch, spec: LossSpec) -> LossOutput:
+def _empty_output(b: TokenBatch, spec: LossSpec, objective: Objective) -> LossOutput:
     warnings.warn("the batch has no completion tokens; returning a zero loss", RuntimeWarning, stacklevel=3)
     zero = b.logps.sum() * 0.0
     if b.entropies is not None:
         zero = zero + b.entropies.sum() * 0.0
-    return LossOutput(zero, {key: zero.detach().clone() for key in _metric_keys(spec, b)})
+    return LossOutput(zero, {key: zero.detach().clone() for key in _metric_keys(spec, objective, b)})
 
 
 def _policy_masks(spec: LossSpec, b: TokenBatch) -> dict[str, torch.Tensor]:
@@ -143,7 +159,12 @@ def derived_clip_metrics(shares: dict[str, float], prefix: str = "") -> dict[str
 
 
 def compute_loss(
-    spec: LossSpec, b: TokenBatch, *, num_sequences: int | None = None, num_tokens: int | None = None
+    spec: LossSpec,
+    objective: Objective,
+    b: TokenBatch,
+    *,
+    num_sequences: int | None = None,
+    num_tokens: int | None = None,
 ) -> LossOutput:
     """Loss and metrics for one (micro-)batch.
 
@@ -162,9 +183,8 @@ def compute_loss(
             "top_entropy_quantile < 1 or entropy_coef != 0 needs entropies [B, T] (or logits to compute them)"
         )
     if b.num_tokens == 0:
-        return _empty_output(b, spec)
+        return _empty_output(b, spec, objective)
 
-    objective = OBJECTIVES[spec.objective]
     ratio = _importance_weight(spec, b)
     policy_per_token, extra = objective.per_token(spec, b, ratio)
     masks = _policy_masks(spec, b)
@@ -187,8 +207,9 @@ def compute_loss(
     mask = b.mask
     adv = b.advantages
     r = ratio.detach()
-    default_low = (r < 1.0 - spec.clip_low) & (adv < 0) if objective.lower_clip else torch.zeros_like(mask)
-    default_high = (r > 1.0 + spec.clip_high) & (adv > 0) if objective.upper_clip else torch.zeros_like(mask)
+    sides = objective.clip_sides
+    default_low = (r < 1.0 - spec.clip_range) & (adv < 0) if "low" in sides else torch.zeros_like(mask)
+    default_high = (r > 1.0 + spec.clip_range_high) & (adv > 0) if "high" in sides else torch.zeros_like(mask)
     low = extra.pop(K.CLIP_LOW, default_low)
     high = extra.pop(K.CLIP_HIGH, default_high)
     metrics.update(

@@ -19,22 +19,16 @@ from __future__ import annotations
 import torch
 
 from twinkle_exp.loss import metric_keys as K
+from twinkle_exp.loss.batch import sequence_ids, sequence_starts
+from twinkle_exp.loss.core import LOG_RATIO_CLAMP
 
 ROLLOUT_MODES = ("none", "tis", "mis", "seq_mask")
 ROLLOUT_LEVELS = ("token", "sequence")
-LOG_RATIO_CLAMP = 20.0
-
-
-def _seq_ids(mask: torch.Tensor, position_ids: torch.Tensor | None) -> tuple[torch.Tensor, int]:
-    starts = torch.zeros_like(mask) if position_ids is None else position_ids == 0
-    if position_ids is None:
-        starts[:, 0] = True
-    return starts.reshape(-1).long().cumsum(0).reshape(mask.shape) - 1, int(starts.sum())
 
 
 def _per_sequence(values: torch.Tensor, mask: torch.Tensor, position_ids, mean: bool) -> torch.Tensor:
     """`[B, T]` -> `[B, T]`: each token gets its sequence's sum (or mean) of `values` over `mask`."""
-    ids, count = _seq_ids(mask, position_ids)
+    ids, count = sequence_ids(sequence_starts(mask, position_ids))
     total = torch.zeros(count, dtype=values.dtype, device=values.device)
     total = total.index_add(0, ids.reshape(-1), (values * mask).reshape(-1))
     if mean:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from twinkle_exp.loss import (
+from twinkle_exp.logprobs import (
     IGNORE_INDEX,
     hidden_log_probs,
     shift_hidden_to_labels,

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from twinkle_exp.loss import IGNORE_INDEX
+from twinkle_exp.logprobs import IGNORE_INDEX
 from twinkle_exp.models.backbone import has_sliding_window, output_head, unwrap_peft
 from twinkle_exp.models.kv_cache import cache_argument_name, distinct_rows, returned_cache, select_cache_rows
 from twinkle_exp.models.tiny_lm import TinyCausalLM

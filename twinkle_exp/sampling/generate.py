@@ -18,7 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from twinkle_exp.loss import IGNORE_INDEX, completion_mask
+from twinkle_exp.logprobs import IGNORE_INDEX
+from twinkle_exp.loss.batch import completion_mask
 from twinkle_exp.models.backbone import unwrap_peft
 from twinkle_exp.models.kv_cache import (
     cache_argument_name,

@@ -17,7 +17,8 @@ import torch
 
 from twinkle_exp.config.schema import RolloutCorrectionConfig
 from twinkle_exp.lifecycle.nonfinite import NonFiniteGuard
-from twinkle_exp.loss import LossFn, rollout_correction
+from twinkle_exp.loss import LossFn
+from twinkle_exp.loss.rollout_correction import rollout_correction
 from twinkle_exp.parallel import collectives
 from twinkle_exp.policy.logprobs import sequence_logps
 from twinkle_exp.policy.shared_prefix import SharedPrefix

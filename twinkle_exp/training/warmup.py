@@ -17,7 +17,7 @@ import torch
 
 from twinkle_exp.config.schema import WarmupConfig
 from twinkle_exp.lifecycle import signals
-from twinkle_exp.loss import IGNORE_INDEX, shift_logits_to_labels
+from twinkle_exp.logprobs import IGNORE_INDEX, shift_logits_to_labels
 from twinkle_exp.models import encode_prompt
 from twinkle_exp.parallel import collectives
 from twinkle_exp.policy.build import Policy

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from twinkle_exp.loss.chunked_softmax import Buffers, chunk_elements, compute_dtype, exp_shifted_
+from twinkle_exp.logprobs.chunked_softmax import Buffers, chunk_elements, compute_dtype, exp_shifted_
 
 IGNORE_INDEX = -100
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from twinkle_exp.loss.chunked_softmax import Buffers
+from twinkle_exp.logprobs.chunked_softmax import Buffers
 
 
 def _tile_logits(bufs: Buffers, hidden, weight, bias, temperature: float, dtype) -> torch.Tensor:

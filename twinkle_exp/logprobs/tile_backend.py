@@ -12,7 +12,7 @@ from types import ModuleType
 
 import torch
 
-from twinkle_exp.loss import hidden_chunks
+from twinkle_exp.logprobs import hidden_chunks
 
 BACKENDS = ("auto", "torch", "triton")
 # "auto" takes the Triton kernels only once they have been compiled, checked and timed on a GPU
@@ -33,7 +33,7 @@ def tile_loops(backend: str, device: torch.device, dtype: torch.dtype) -> Module
         return hidden_chunks
     if backend == "auto":
         if FUSED_BY_DEFAULT and device.type == "cuda" and dtype in _KERNEL_DTYPES and triton_installed():
-            from twinkle_exp.loss import fused_logprobs
+            from twinkle_exp.logprobs import fused_logprobs
 
             return fused_logprobs
         return hidden_chunks
@@ -41,7 +41,7 @@ def tile_loops(backend: str, device: torch.device, dtype: torch.dtype) -> Module
         raise ValueError('backend="triton" needs the triton package: pip install "twinkle_exp[triton]"')
     if dtype not in _KERNEL_DTYPES:
         raise ValueError(f'backend="triton" takes {", ".join(map(str, _KERNEL_DTYPES))} inputs, got {dtype}')
-    from twinkle_exp.loss import fused_kernels, fused_logprobs
+    from twinkle_exp.logprobs import fused_kernels, fused_logprobs
 
     if device.type != "cuda" and not fused_kernels.INTERPRETED:
         raise ValueError(

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from twinkle_exp.loss.chunked_softmax import Buffers
-from twinkle_exp.loss.fused_kernels import backward_tile, forward_tile
+from twinkle_exp.logprobs.chunked_softmax import Buffers
+from twinkle_exp.logprobs.fused_kernels import backward_tile, forward_tile
 
 
 def _tile(bufs: Buffers, hidden, weight, bias) -> torch.Tensor:

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import torch
 
-from twinkle_exp.loss.chunked_softmax import chunk_elements, compute_dtype
-from twinkle_exp.loss.logprobs import IGNORE_INDEX
-from twinkle_exp.loss.tile_backend import BACKENDS, tile_loops
+from twinkle_exp.logprobs.chunked_softmax import chunk_elements, compute_dtype
+from twinkle_exp.logprobs.logits import IGNORE_INDEX
+from twinkle_exp.logprobs.tile_backend import BACKENDS, tile_loops
 
 DEFAULT_CHUNK_TOKENS = 4096
 
