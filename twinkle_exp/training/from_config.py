@@ -6,6 +6,7 @@ import torch
 from hydra.utils import instantiate
 
 from twinkle_exp.config.schema import Config
+from twinkle_exp.lifecycle.run_end import RunEnd
 from twinkle_exp.policy.build import Policy, with_task_prompt_format
 from twinkle_exp.rewards import build_rewards
 from twinkle_exp.tasks import Task
@@ -20,8 +21,9 @@ def policy_and_task(cfg: Config) -> tuple[Policy, Task]:
     return with_task_prompt_format(policy, task), task
 
 
-def policy_module(cfg: Config, policy: Policy, task: Task) -> PolicyModule:
-    """`policy` (warm-started or not) and `task` with the config's rewards, loss and settings."""
+def policy_module(cfg: Config, policy: Policy, task: Task, run_end: RunEnd | None = None) -> PolicyModule:
+    """`policy` (warm-started or not) and `task` with the config's rewards, loss and settings; `run_end`:
+    the run's budget (None: the trainer's that fits it)."""
     return PolicyModule(
         policy,
         task,
@@ -32,4 +34,5 @@ def policy_module(cfg: Config, policy: Policy, task: Task) -> PolicyModule:
         optim=cfg.optim,
         trainer=cfg.trainer,
         seed=cfg.seed,
+        run_end=run_end,
     )
