@@ -48,7 +48,11 @@ class PolicyModule(L.LightningModule):
     `pending`, which a checkpoint holds (`TrainingState`), so a resumed run finishes them first.
     """
 
-    tokenizer, loss_fn = _via("parts", "tokenizer"), _via("parts", "loss_fn")
+    tokenizer, rewards, loss_fn = (
+        _via("parts", "tokenizer"),
+        _via("parts", "rewards"),
+        _via("parts", "loss_fn"),
+    )
     rollout_cfg, optim_cfg = _via("parts", "rollout"), _via("parts", "optim")
     rollouts_done, pending = _via("state", "rollouts_done"), _via("state", "pending")
     validation, generators = _via("state", "validation"), _via("state", "generators")
@@ -71,7 +75,7 @@ class PolicyModule(L.LightningModule):
             SamplerCopy(rollout.sampler_dtype), truncation, load_reference=policy.load_reference,
         )  # fmt: skip
         self.state = state.TrainingState(NonFiniteGuard(optim.max_skipped_steps))
-        self.validator = Validation(task, rewards, rollout.max_new_tokens, trainer, self.state.validation)
+        self.validator = Validation(task, rollout.max_new_tokens, trainer, self.state.validation)
         self.end = run_end  # None: the budget of the trainer that fits the module (tests build their own)
         self._checked: rl_step.GradientCheck | None = None  # the current optimizer step's gradient check
         self.set_loss(loss_fn)

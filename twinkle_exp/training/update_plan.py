@@ -60,11 +60,11 @@ class UpdatePlan:
         return state
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any], sampled_with: dict[str, Any]) -> UpdatePlan:
+    def from_state_dict(cls, state: dict[str, Any], sampled_with: dict[str, Any] | None = None) -> UpdatePlan:
         """The plan of `state_dict()`. `sampled_with` ({temperature, top_k, top_p}: the run's settings) fills
         in what a checkpoint written before the rollout carried them did not record."""
         values = dict(state)
-        values["rollout"] = RolloutBatch(**(sampled_with | state["rollout"]))
+        values["rollout"] = RolloutBatch(**((sampled_with or {}) | state["rollout"]))
         values["adv"] = AdvantageResult(**state["adv"])
         return cls(**values)
 

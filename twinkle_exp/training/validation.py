@@ -16,7 +16,6 @@ from twinkle_exp import metric_names as M
 from twinkle_exp.config.schema import TrainerConfig
 from twinkle_exp.parallel import collectives
 from twinkle_exp.parallel.sharding import gathered
-from twinkle_exp.rewards import RewardSet
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking.loggers import log_metrics
 from twinkle_exp.training.evaluation import (
@@ -42,17 +41,12 @@ class ValidationRecord:
 
 
 class Validation:
-    """Validates `module` (a `PolicyModule`: its policy, loggers, step and rollout count) on `task`."""
+    """Validates `module` (a `PolicyModule`: its policy, rewards, loggers, step and rollout count) on `task`."""
 
     def __init__(
-        self,
-        task: Task,
-        rewards: RewardSet,
-        max_new_tokens: int,
-        trainer: TrainerConfig,
-        record: ValidationRecord,
+        self, task: Task, max_new_tokens: int, trainer: TrainerConfig, record: ValidationRecord
     ) -> None:
-        self.task, self.rewards, self.max_new_tokens = task, rewards, max_new_tokens
+        self.task, self.max_new_tokens = task, max_new_tokens
         self.every, self.batch_size = trainer.val_every, trainer.val_batch_size
         self.record = record
         self._startup_checked = False  # whether the validation before training was checked for truncation
@@ -67,7 +61,7 @@ class Validation:
                 module.policy,
                 module.tokenizer,
                 collectives.shard(held_out),
-                self.rewards,
+                module.rewards,
                 max_new_tokens=self.max_new_tokens,
                 batch_size=self.batch_size,
                 buckets=buckets,
