@@ -22,6 +22,15 @@ class RunEnd:
     reason: str | None = None  # why the run stops before `max_steps`, when it does
     signal: int | None = None  # the signal behind `reason` (None: non-finite values)
 
+    @classmethod
+    def for_trainer(cls, end: RunEnd | None, max_steps: int) -> RunEnd:
+        """`end`, which gave Lightning's trainer its `max_steps`, or the budget of a trainer built by hand."""
+        if end is None:
+            return cls(max_steps)
+        if end.max_steps != max_steps:
+            raise ValueError(f"the trainer's max_steps={max_steps} is not the run's budget, {end.max_steps}")
+        return end
+
     def done(self, step: int) -> bool:
         """Whether optimizer step `step` has used up the budget: the run's end, whatever else happened."""
         return step >= self.max_steps

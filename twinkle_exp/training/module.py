@@ -15,19 +15,17 @@ from twinkle_exp.lifecycle.run_end import RunEnd
 from twinkle_exp.loss import LossFn
 from twinkle_exp.models.hf import set_update_mode
 from twinkle_exp.models.lora import is_lora, trainable_parameters, trainable_state_dict
-from twinkle_exp.parallel.sharding import is_sharded, shard_model
+from twinkle_exp.parallel.sharding import shard_models
 from twinkle_exp.policy.build import Policy
-from twinkle_exp.policy.reference import Reference
 from twinkle_exp.rewards import RewardSet
 from twinkle_exp.sampling.generate import RolloutBatch
-from twinkle_exp.sampling.sampler_copy import SamplerCopy
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking.loggers import log_metrics, log_samples
 from twinkle_exp.training import rl_step, state
-from twinkle_exp.training.old_logps import recompute_for_run
 from twinkle_exp.training.optimizer import optimizer_and_schedule
-from twinkle_exp.training.rollout_metrics import TruncationWatch
-from twinkle_exp.training.update_plan import UpdatePlan, check_minibatches
+from twinkle_exp.training.rollout_metrics import SAMPLE_COLUMNS, sample_rows
+from twinkle_exp.training.step_parts import StepParts, sampled_with
+from twinkle_exp.training.update_plan import UpdatePlan
 from twinkle_exp.training.validation import Validation
 
 
@@ -68,29 +66,15 @@ class PolicyModule(L.LightningModule):
         self.policy = policy.model
         self.strict_loading = not is_lora(self.policy)  # a LoRA checkpoint may hold the adapters only
         self.seed, self.samples_every = seed, trainer.samples_every
-        check_minibatches(optim.num_minibatches, rollout.prompts_per_step * rollout.group_size, ranks=1)
-        truncation = TruncationWatch(rollout.max_new_tokens, rewards.truncated_max)
-        self.parts = rl_step.StepParts(
-            policy.model, policy.tokenizer, rewards, loss_fn, rollout, advantage, optim,
-            SamplerCopy(rollout.sampler_dtype), truncation, load_reference=policy.load_reference,
-        )  # fmt: skip
+        self.parts = StepParts.of(policy, rewards, loss_fn, rollout, advantage, optim)
         self.state = state.TrainingState(NonFiniteGuard(optim.max_skipped_steps))
         self.validator = Validation(task, rollout.max_new_tokens, trainer, self.state.validation)
         self.end = run_end  # None: the budget of the trainer that fits the module (tests build their own)
         self._checked: rl_step.GradientCheck | None = None  # the current optimizer step's gradient check
-        self.set_loss(loss_fn)
 
     def set_loss(self, loss_fn: LossFn) -> None:
         """Use `loss_fn` (e.g. a `twinkle_exp.loss.SAPOLoss`) for the updates; builds the reference if needed."""
-        if not isinstance(loss_fn, LossFn):
-            raise ValueError(
-                f"loss_fn must be a LossFn (callable, with a beta), got {type(loss_fn).__name__}"
-            )
-        if loss_fn.beta > 0 and self.parts.reference is None:
-            if self.generators.sampler is not None:  # the fit has started
-                raise ValueError("cannot switch to a loss with beta > 0 after training started: no reference")
-            self.parts.reference = Reference.of(self.policy, self.parts.load_reference)
-        self.loss_fn = loss_fn
+        self.parts.use_loss(loss_fn, started=self.generators.sampler is not None)
 
     @property
     def reference(self) -> torch.nn.Module | None:
@@ -109,34 +93,14 @@ class PolicyModule(L.LightningModule):
         return [optimizer], [schedule]
 
     def configure_model(self) -> None:
-        # Only ModelParallelStrategy (trainer=fsdp) sets a device mesh; Lightning may call this hook again.
-        if self.device_mesh is None or is_sharded(self.policy):
-            return
-        shard_model(self.policy, self.device_mesh["data_parallel"])
-        if self.reference is not None and self.reference is not self.policy:  # LoRA: the policy itself
-            shard_model(self.reference, self.device_mesh["data_parallel"])
+        shard_models(self.policy, self.reference, self.device_mesh)
 
     def setup(self, stage: str) -> None:
-        r = self.rollout_cfg
-        check_minibatches(
-            self.optim_cfg.num_minibatches, r.prompts_per_step * r.group_size, self.trainer.world_size
-        )
-        if self.end is None:
-            self.end = RunEnd(self.trainer.max_steps)
-        elif self.end.max_steps != self.trainer.max_steps:
-            raise ValueError(
-                f"the trainer's max_steps={self.trainer.max_steps} is not the run's {self.end.max_steps}"
-            )
+        self.parts.check_minibatches(self.trainer.world_size)
+        self.end = RunEnd.for_trainer(self.end, self.trainer.max_steps)
 
     def on_fit_start(self) -> None:
-        if self.parts.reference is not None:
-            self.parts.reference.to(self.device)
-        o, p = self.optim_cfg, self.parts
-        p.device = self.device
-        p.recompute_old_logps = recompute_for_run(
-            o.old_logps, self.trainer.precision, self.policy, o.rollout_correction.mode,
-            self.rollout_cfg.sampler_dtype, o.update_dropout,
-        )  # fmt: skip
+        self.parts.start(self.device, self.trainer.precision)
         self.state.start(self.device, self.seed, self.global_rank)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -145,10 +109,8 @@ class PolicyModule(L.LightningModule):
         checkpoint[state.KEY] = self.state.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        sampled_with = rl_step.sampled_with(self.rollout_cfg)
-        self.state.load_state_dict(
-            checkpoint[state.KEY], self.global_rank, self.trainer.world_size, sampled_with
-        )
+        rank, ranks, sampling = self.global_rank, self.trainer.world_size, sampled_with(self.rollout_cfg)
+        self.state.load_state_dict(checkpoint[state.KEY], rank, ranks, sampling)
 
     # --- one training step: rl_step's stages, in order ---------------------------------------------------
     def training_step(self, batch: dict[str, list[str]], batch_idx: int) -> None:
@@ -157,11 +119,8 @@ class PolicyModule(L.LightningModule):
             self.validator.before_rollout(self)
             shuffler = self.generators.shuffler
             self.pending = rl_step.new_rollout(self.parts, batch, self.global_step, self._rollout, shuffler)
-        elif self.pending.prompts != batch["prompts"]:
-            raise RuntimeError(
-                "resume: the prompt stream did not replay the interrupted rollout's prompts; was the "
-                "checkpoint written with another task or seed?"
-            )
+        else:
+            self.pending.check_replayed(batch["prompts"])
         plan, start = self.pending, time.perf_counter()
         self._update(plan)
         plan.seconds[M.TIME_UPDATE] = plan.seconds.get(M.TIME_UPDATE, 0.0) + time.perf_counter() - start
@@ -175,26 +134,19 @@ class PolicyModule(L.LightningModule):
         return rl_step.sample(self.parts, prompts, self.generators.sampler)
 
     def _update(self, plan: UpdatePlan) -> None:
-        """The plan's optimizer steps, each logged at its own step, until the plan or the budget is done or
-        a stop is voted (a signal, too many non-finite steps), which leaves the rest in `plan`."""
+        """The plan's optimizer steps until it or the budget is done, or a stop (a signal, too many
+        non-finite steps) is voted, which leaves the rest in `plan`."""
         set_update_mode(self.policy, dropout=self.optim_cfg.update_dropout)  # keeps gradient checkpointing on
         checked, steps = (lambda: self._checked), (lambda: self.global_step)
         stepper = rl_step.Stepper(
             self.optimizers(), self.lr_schedulers(), self.manual_backward, checked, steps
         )
-        while not plan.done and not self.end.done(self.global_step):
-            stats, stop = rl_step.optimizer_step(self.parts, plan, stepper, self.state.nonfinite)
-            if stop is not None:
-                self.end.stop(stop)
-            log_metrics(self.loggers, stats, self.global_step)
-            if self.end.vote():
-                self.trainer.should_stop = True
-                return
+        if rl_step.optimizer_steps(self.parts, plan, stepper, self.state.nonfinite, self.end, self.loggers):
+            self.trainer.should_stop = True
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # After Lightning unscales AMP (16-mixed) gradients, so the norm and the clipping see the true ones.
-        amp = getattr(self.trainer.precision_plugin, "scaler", None) is not None
-        guard = self.state.nonfinite
+        amp, guard = getattr(self.trainer.precision_plugin, "scaler", None) is not None, self.state.nonfinite
         self._checked = rl_step.check_gradients(
             self.policy, optimizer, self.optim_cfg.max_grad_norm, guard, amp
         )
@@ -207,7 +159,7 @@ class PolicyModule(L.LightningModule):
             self.log("reward", metrics[M.REWARD_MEAN], prog_bar=True, logger=False)
         self.rollouts_done += 1
         if self.rollouts_done % self.samples_every == 0:
-            log_samples(self.loggers, rl_step.SAMPLE_COLUMNS, rl_step.sample_rows(plan), self.global_step)
+            log_samples(self.loggers, SAMPLE_COLUMNS, sample_rows(plan), self.global_step)
 
     # --- the run's end ---------------------------------------------------------------------------------------
     def on_train_end(self) -> None:
@@ -216,16 +168,11 @@ class PolicyModule(L.LightningModule):
             self.validator.after_checkpoint(self)
 
     def finish_cut_rollout(self) -> None:
-        """Log the rollout that the budget cut short, once the end-of-training checkpoint is written.
-
-        The checkpoint keeps that rollout pending, so a resume with a larger max_steps finishes its steps as
-        a longer run would have; this run logs its metrics now (a resume drops that row and logs it again).
-        """
+        """Log the rollout that the budget cut short once the end-of-training checkpoint (which keeps it
+        pending, for a longer resumed run to finish) is written; a resume drops that row and logs it again."""
         if self.pending is not None and self.end.done(self.global_step):
             self._finish_rollout(self.pending, in_step=False)
             self.pending = None
 
-    def log_validation(
-        self, prog_bar: bool = True, figures: dict[str, float] | None = None
-    ) -> dict[str, float]:
+    def log_validation(self, prog_bar: bool = True, figures: dict | None = None) -> dict[str, float]:
         return self.validator.log(self, prog_bar, figures)

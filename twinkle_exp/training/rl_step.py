@@ -15,61 +15,30 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.config.schema import AdvantageConfig, OptimConfig, RolloutConfig
 from twinkle_exp.lifecycle.nonfinite import NonFiniteGuard
-from twinkle_exp.loss import LossFn
+from twinkle_exp.lifecycle.run_end import RunEnd
 from twinkle_exp.loss.advantages import group_advantages
 from twinkle_exp.parallel import collectives
 from twinkle_exp.parallel.sharding import gathered
 from twinkle_exp.policy.logprobs import sequence_logps
-from twinkle_exp.policy.reference import Reference
-from twinkle_exp.rewards import NonFiniteRewardError, RewardSet
-from twinkle_exp.sampling.generate import Decoding, RolloutBatch, SamplingOptions, generate
-from twinkle_exp.sampling.sampler_copy import SamplerCopy
+from twinkle_exp.rewards import NonFiniteRewardError
+from twinkle_exp.sampling.generate import Decoding, RolloutBatch, generate
+from twinkle_exp.tracking.loggers import log_metrics
 from twinkle_exp.training.old_logps import recompute_old_logps
 from twinkle_exp.training.prompt_repeats import rollout_repeats_prompt
-from twinkle_exp.training.rollout_metrics import RolloutRows, StageTimer, TruncationWatch, rollout_metrics
+from twinkle_exp.training.rollout_metrics import RolloutRows, StageTimer, rollout_metrics
+from twinkle_exp.training.step_parts import StepParts, sampling_options
 from twinkle_exp.training.update_plan import UpdatePlan, shuffled_steps
 from twinkle_exp.training.update_step import accumulate_gradients
 
 log = logging.getLogger(__name__)
 Batch = dict[str, list[str]]  # the prompt stream's: "prompts" and "answers", one per group
-
-
-@dataclass
-class StepParts:
-    """What every stage reads: the models, the rewards and the loss, the settings."""
-
-    policy: torch.nn.Module
-    tokenizer: Any
-    rewards: RewardSet
-    loss_fn: LossFn
-    rollout: RolloutConfig
-    advantage: AdvantageConfig
-    optim: OptimConfig
-    sampler_copy: SamplerCopy  # the policy, or its rollout.sampler_dtype copy, to sample from
-    truncation: TruncationWatch  # warns of rollouts cut off at rollout.max_new_tokens
-    load_reference: Callable[[], torch.nn.Module] | None = None  # a separate reference model's loader
-    reference: Reference | None = None  # the frozen reference, when the loss has beta > 0 (set_loss)
-    recompute_old_logps: bool = False  # decided when training starts (old_logps.recompute_for_run)
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-
-
-def sampling_options(rollout: RolloutConfig) -> SamplingOptions:
-    """How a rollout is drawn; the rollout then carries its temperature and filters (`RolloutBatch`)."""
-    r = rollout
-    return SamplingOptions(r.max_new_tokens, r.group_size, r.temperature, r.top_k, r.top_p)
-
-
-def sampled_with(rollout: RolloutConfig) -> dict[str, Any]:
-    """`RolloutBatch`'s sampling fields under `rollout`'s settings (for rollouts saved without them)."""
-    return {"temperature": rollout.temperature, "top_k": rollout.top_k, "top_p": rollout.top_p}
 
 
 # --- sample ------------------------------------------------------------------------------------------------
@@ -254,6 +223,22 @@ def optimizer_step(
     return stats.summary(checked.norm, lr) | {M.SKIPPED_STEPS: float(guard.skipped)}, stop
 
 
+def optimizer_steps(
+    parts: StepParts, plan: UpdatePlan, stepper: Stepper, guard: NonFiniteGuard, end: RunEnd,
+    loggers: list[Any],
+) -> bool:  # fmt: skip
+    """The plan's optimizer steps, each logged to `loggers` at its own step, until the plan or `end`'s
+    budget is done or a stop is voted (True; the rest stays in `plan`)."""
+    while not plan.done and not end.done(stepper.steps_done()):
+        metrics, stop = optimizer_step(parts, plan, stepper, guard)
+        if stop is not None:
+            end.stop(stop)
+        log_metrics(loggers, metrics, stepper.steps_done())
+        if end.vote():
+            return True
+    return False
+
+
 # --- metrics -----------------------------------------------------------------------------------------------
 def rollout_summary(parts: StepParts, plan: UpdatePlan, step: int, quote: bool) -> dict[str, float]:
     """The rollout's metrics over every rank (every rank calls it together); `quote`: warn of truncated or
@@ -279,13 +264,3 @@ def rollout_summary(parts: StepParts, plan: UpdatePlan, step: int, quote: bool) 
         repeating = [c for c, flag in zip(texts, repeats.tolist(), strict=True) if flag]
         parts.truncation.observe_repeats(metrics[M.COMPLETION_REPEATS_PROMPT_RATIO], step, repeating)
     return metrics
-
-
-SAMPLE_COLUMNS = ["prompt", "completion", "answer", "reward"]
-
-
-def sample_rows(plan: UpdatePlan, shown: int = 32) -> list[tuple[str, str, str, float]]:
-    """The rollout's first `shown` rows as SAMPLE_COLUMNS, for the loggers' samples table."""
-    rollout = plan.rollout
-    prompts, answers = rollout.per_row(plan.prompts), rollout.per_row(plan.answers)
-    return list(zip(prompts, rollout.completions, answers, plan.rewards.tolist(), strict=True))[:shown]

@@ -43,6 +43,14 @@ class UpdatePlan:
         Built once per rollout: it reads the prompt columns on the host, a sync on a GPU."""
         return PrefixIndex.of(self.rollout)
 
+    def check_replayed(self, prompts: list[str]) -> None:
+        """A resumed run's stream must give the interrupted rollout's prompts again."""
+        if prompts != self.prompts:
+            raise RuntimeError(
+                "resume: the prompt stream did not replay the interrupted rollout's prompts; was the "
+                "checkpoint written with another task or seed?"
+            )
+
     @property
     def done(self) -> bool:
         return self.next_step >= len(self.steps)
