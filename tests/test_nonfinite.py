@@ -68,9 +68,27 @@ def _nan_logits_in_the_update(module):
     module.policy.norm.register_forward_hook(hook)
 
 
+class _NaNLoss:
+    """The module's loss times NaN on the calls `broken` picks (all: None), with what the `LossFn`
+    protocol declares (beta, needs_entropy, entropy_grad) and the rest of the wrapped loss's attributes."""
+
+    def __init__(self, inner, broken: set[int] | None = None) -> None:
+        self.inner, self.broken, self.calls = inner, broken, 0
+        self.beta, self.needs_entropy, self.entropy_grad = inner.beta, inner.needs_entropy, inner.entropy_grad
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def __call__(self, **kw) -> LossOutput:
+        self.calls += 1
+        out = self.inner(**kw)
+        if self.broken is None or self.calls in self.broken:
+            return LossOutput(out.loss * NAN, out.metrics)
+        return out
+
+
 def _nan_loss(module):
-    inner = module.loss_fn
-    module.loss_fn = lambda **kw: LossOutput(inner(**kw).loss * NAN, inner(**kw).metrics)
+    module.loss_fn = _NaNLoss(module.loss_fn)
 
 
 def _nan_gradient(module):
@@ -105,14 +123,7 @@ def test_a_streak_of_non_finite_steps_stops_with_a_checkpoint_naming_the_cause(t
 @pytest.mark.slow
 def test_one_non_finite_step_is_skipped_and_training_goes_on(tmp_path):
     module = module_helpers.make_module(GRPOLoss(beta=0.1), max_skipped_steps=3)
-    inner, calls = module.loss_fn, [0]
-
-    def loss(**kw):
-        calls[0] += 1
-        out = inner(**kw)
-        return LossOutput(out.loss * NAN, out.metrics) if calls[0] == 2 else out
-
-    module.loss_fn = loss
+    module.loss_fn = _NaNLoss(module.loss_fn, broken={2})
     trainer = fit_resumable(module, tmp_path, max_steps=8)
     assert trainer.global_step == 8 and module.stop_reason is None
     rows = [r for r in csv_rows(tmp_path / "metrics.csv") if M.SKIPPED_STEPS in r]

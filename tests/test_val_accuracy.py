@@ -19,13 +19,21 @@ TRUNCATED = [False, False, False, True]
 EXAMPLES = [Example("What is 70 + 2?", "72")] * 2 + [Example("What is 59 + 63?", "122")] * 2
 
 
+def decoded(completions: list[str], truncated: list[bool]) -> SimpleNamespace:
+    """What greedy decoding returns, as evaluation reads it (lengths: one token per character, + EOS)."""
+    lengths = torch.tensor([len(c) + (not cut) for c, cut in zip(completions, truncated, strict=True)])
+    return SimpleNamespace(
+        completions=completions, truncated=torch.tensor(truncated), completion_lengths=lengths
+    )
+
+
 @pytest.fixture
 def fixed_completions(monkeypatch):
     """Greedy decoding replaced by the completions above, the last one cut off at the budget."""
 
     def generate(model, tokenizer, prompts, options, **kwargs):
         n = len(prompts)
-        return SimpleNamespace(completions=COMPLETIONS[:n], truncated=torch.tensor(TRUNCATED[:n]))
+        return decoded(COMPLETIONS[:n], TRUNCATED[:n])
 
     monkeypatch.setattr(evaluation, "generate", generate)
 
@@ -58,8 +66,8 @@ def test_most_answers_cut_off_before_training_is_said_at_start_up(monkeypatch, c
     monkeypatch.setattr(
         evaluation,
         "generate",
-        lambda model, tokenizer, prompts, options, **kwargs: SimpleNamespace(
-            completions=COMPLETIONS[: len(prompts)], truncated=torch.tensor(cut[: len(prompts)])
+        lambda model, tokenizer, prompts, options, **kwargs: decoded(
+            COMPLETIONS[: len(prompts)], cut[: len(prompts)]
         ),
     )
     metrics = _metrics(RewardSet([RewardFunction("exact", exact_match)]))

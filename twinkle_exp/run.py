@@ -21,6 +21,7 @@ from twinkle_exp.config.checks import check_config
 from twinkle_exp.config.schema import Config, TrainerConfig
 from twinkle_exp.lifecycle import resume, signals
 from twinkle_exp.lifecycle.checkpoints import CheckpointCallback, weights_digest
+from twinkle_exp.lifecycle.run_end import RunEnd
 from twinkle_exp.lifecycle.session import RunSession
 from twinkle_exp.parallel.ranks import SameOutputDir, check_data_parallel, check_launch
 from twinkle_exp.parallel.strategy import lightning_strategy
@@ -66,7 +67,9 @@ def _warmup_device(trainer: TrainerConfig) -> torch.device:
     return torch.device("cuda" if wants_gpu and torch.cuda.is_available() else "cpu")
 
 
-def build_module(cfg: Config, rank: int = 0) -> tuple[PolicyModule, dict[str, Any]]:
+def build_module(
+    cfg: Config, end: RunEnd | None = None, rank: int = 0
+) -> tuple[PolicyModule, dict[str, Any]]:
     """Policy (warm-started), task, rewards and loss, wrapped in a PolicyModule.
 
     Every rank builds the same initial weights; global rank 0 trains a missing warm-start, the others
@@ -79,7 +82,7 @@ def build_module(cfg: Config, rank: int = 0) -> tuple[PolicyModule, dict[str, An
             policy.model.to(_warmup_device(cfg.trainer))
         key = cache_key(cfg.policy, cfg.task, cfg.warmup, policy, task)
         warm = {**warm_start(policy, task, cfg.warmup, key, trains=rank == 0), "key": key}
-    module = policy_module(cfg, policy, task)
+    module = policy_module(cfg, policy, task, end)
     return module, warm
 
 
@@ -100,9 +103,9 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
     typed = typed or check_config(cfg)
     _quiet_lightning()
     config = OmegaConf.to_container(cfg, resolve=True)
-    session = RunSession(JobInfo.from_hydra(), typed.resume, config, typed.seed)
-    job, start = session.job, session.start
-    done = session.finished_before(typed.trainer.max_steps)
+    session = RunSession(JobInfo.from_hydra(), typed.resume, config, typed.seed, typed.trainer.max_steps)
+    job, start, end = session.job, session.start, session.end
+    done = session.finished_before()
     if done is not None:
         return done
     began = time.time()
@@ -116,13 +119,13 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
         loggers += build_loggers(cfg, typed.logger, typed.sweep_name, job, wandb_id=wandb_id)
         # The trainer (and so the rank) comes before the module: the module's part is filled in below.
         run_info: dict[str, Any] = {"config": config, "reference_digest": None, "warmup": None}
-        trainer, checkpoints = _build_trainer(typed, job, loggers, run_info, session.is_slurm)
+        trainer, checkpoints = _build_trainer(typed, job, loggers, run_info, session)
         resume.check_world_size(start, trainer.world_size)
         session.begin(write=trainer.is_global_zero, wandb_id=wandb_id)
-        session.stop_if_signalled(start.step, start.checkpoint)  # during the imports: nothing to lose
+        session.stop_if_asked(start.step, start.checkpoint)  # a signal during the imports: nothing to lose
 
-        module, warm = build_module(typed, rank=trainer.global_rank)
-        session.stop_if_signalled(start.step, start.checkpoint)  # the warm-start stopped, uncached
+        module, warm = build_module(typed, end, rank=trainer.global_rank)
+        session.stop_if_asked(start.step, start.checkpoint)  # the warm-start stopped, uncached
         reference_digest = weights_digest(module.reference)
         resume.check_reference(start, reference_digest)
         run_info.update(reference_digest=reference_digest, warmup=warm)
@@ -142,10 +145,8 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
         # Stopped before it wrote a checkpoint of its own: the one it resumed from is still the latest.
         saved = checkpoints is not None and checkpoints.path.exists()
         checkpoint = checkpoints.path if saved else start.checkpoint
-        if trainer.global_step < typed.trainer.max_steps:
-            if module.stop_reason is not None:
-                session.stop(module.stop_signal, trainer.global_step, checkpoint, module.stop_reason)
-            session.stop_if_signalled(trainer.global_step, checkpoint)  # a signal before training
+        if not end.done(trainer.global_step):  # a stop in training, or a signal before it
+            session.stop_if_asked(trainer.global_step, checkpoint)
 
         result = _final_figures(trainer, module, job, began, checkpoint, warm)
         if trainer.is_global_zero:
@@ -161,9 +162,10 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
 
 
 def _build_trainer(
-    typed: Config, job: JobInfo, loggers: list[Any], run_info: dict[str, Any], is_slurm: bool
+    typed: Config, job: JobInfo, loggers: list[Any], run_info: dict[str, Any], session: RunSession
 ) -> tuple[L.Trainer, CheckpointCallback | None]:
-    """The Lightning Trainer of `typed.trainer`, checked for a launch that would not do what was asked."""
+    """The Lightning Trainer of `typed.trainer` for `session.end`'s budget, checked for a launch that would not
+    do what was asked."""
     t = typed.trainer
     callbacks: list[Any] = [_TakeBackSignals()]
     checkpoints = None
@@ -175,7 +177,7 @@ def _build_trainer(
     if t.enable_progress_bar:
         callbacks.append(RolloutProgressBar(typed.optim.mu * typed.optim.num_minibatches))
     trainer = L.Trainer(
-        max_steps=t.max_steps,
+        max_steps=session.end.max_steps,
         accelerator=t.accelerator,
         devices=t.devices,
         num_nodes=t.num_nodes,
@@ -184,7 +186,7 @@ def _build_trainer(
         logger=loggers,
         callbacks=[*callbacks, SameOutputDir(job.output_dir)],
         # Requeueing is done after the checkpoint at the step boundary (stopping.py), not by Lightning.
-        plugins=[SLURMEnvironment(auto_requeue=False)] if is_slurm else None,
+        plugins=[SLURMEnvironment(auto_requeue=False)] if session.is_slurm else None,
         enable_progress_bar=t.enable_progress_bar,
         enable_checkpointing=False,
         enable_model_summary=False,
@@ -207,7 +209,7 @@ def _fit(trainer: L.Trainer, module: PolicyModule, typed: Config, session: RunSe
     stream = PromptStream(module.task, share, typed.seed, rank=trainer.global_rank, start=start.rollouts_done)
     # A SIGTERM before on_train_start takes the handler back from Lightning makes Lightning raise an
     # exception that would exit 0; the signal our handler recorded is dealt with by the caller instead.
-    if signals.received() is None:
+    if not session.end.signalled():
         session.fitting = True
         with contextlib.suppress(SIGTERMException):
             trainer.fit(
@@ -227,9 +229,7 @@ def _final_figures(
     warm: dict[str, Any],
 ) -> dict[str, Any]:
     """The run's result; validates once more unless its last training step already did."""
-    # With max_steps=0 this is also the first validation.
-    validated = module.validation.last_step == trainer.global_step and trainer.global_step > 0
-    final = module.validation.last if validated else module.log_validation()
+    final = module.validator.final_figures(module)
     for logger in trainer.loggers:
         logger.save()
     return {

@@ -49,7 +49,7 @@ class _Counter:
     input columns (a forward pre-hook) and the labelled positions of the steps' rows (what the head scores)."""
 
     def __init__(self, module):
-        import twinkle_exp.training.module as module_file
+        import twinkle_exp.training.rl_step as module_file
         from twinkle_exp.logprobs import IGNORE_INDEX
         from twinkle_exp.models.backbone import unwrap_peft
 
@@ -69,7 +69,7 @@ class _Counter:
             labelled = plan.rollout.labels != IGNORE_INDEX
             self.now().head += sum(int(labelled[rows].sum()) for rows in plan.steps[first : plan.next_step])
 
-        def counted_recompute(policy, rollout, *args):  # inside time/update_s (module._plan_rollout)
+        def counted_recompute(policy, rollout, *args):  # inside time/update_s (rl_step.plan)
             self.on = True
             try:
                 return recompute(policy, rollout, *args)

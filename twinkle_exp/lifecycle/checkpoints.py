@@ -89,7 +89,7 @@ class CheckpointCallback(Callback):
     ) -> None:
         step = trainer.global_step
         due = self.every > 0 and step // self.every > self._counted_from // self.every
-        if pl_module.stop_reason is not None or step >= trainer.max_steps or due:
+        if pl_module.end.reason is not None or pl_module.end.done(step) or due:
             self.save(trainer)
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: Any, checkpoint: dict[str, Any]) -> None:
@@ -98,7 +98,7 @@ class CheckpointCallback(Callback):
             "global_step": trainer.global_step,
             "csv_rows": self.rows_written(),
             "world_size": trainer.world_size,
-            "stop_reason": pl_module.stop_reason,
+            "stop_reason": pl_module.end.reason,
         }
 
     def save(self, trainer: L.Trainer) -> Path:

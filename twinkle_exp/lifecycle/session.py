@@ -5,7 +5,7 @@ A run ends in one of four ways, and each is written here once:
   what it was (`run_dir_guard`) and run.json is not touched;
 - finished: `finish` records the final figures;
 - interrupted: a signal, recorded with the step, the checkpoint and the command that resumes it
-  (`stop_if_signalled`, `stop`), then the process exits 128 + the signal;
+  (`stop_if_asked`), then the process exits 128 + the signal;
 - failed: anything else, or too many non-finite steps in a row.
 `run.train` builds, warm-starts and fits inside `with session.running():`, which turns an exception into
 the right one of these.
@@ -25,6 +25,7 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from twinkle_exp.errors import UserError
 from twinkle_exp.lifecycle import resume, run_dir_guard, signals
 from twinkle_exp.lifecycle.checkpoints import last_checkpoint
+from twinkle_exp.lifecycle.run_end import RunEnd
 from twinkle_exp.lifecycle.stopping import end_stopped_run
 from twinkle_exp.tracking.run_json import JobInfo, RunStatus, read_run_json
 
@@ -32,11 +33,15 @@ log = logging.getLogger(__name__)
 
 
 class RunSession:
-    """The run in `job.output_dir`: where it starts (`start`), and its run.json status once it has one."""
+    """The run in `job.output_dir`: where it starts (`start`), where it ends (`end`: `max_steps` optimizer
+    steps, or a stop), and its run.json status once it has one."""
 
-    def __init__(self, job: JobInfo, resume_setting: str | None, config: dict[str, Any], seed: int):
+    def __init__(
+        self, job: JobInfo, resume_setting: str | None, config: dict[str, Any], seed: int, max_steps: int
+    ):
         self.job = job
         self.seed = seed
+        self.end = RunEnd(max_steps)
         self.is_slurm = SLURMEnvironment.detect()
         self.status: RunStatus | None = None
         self.fitting = False  # once training started, a UserError is a failure, not a refusal
@@ -59,12 +64,12 @@ class RunSession:
             self._before.restore()
             raise
 
-    def finished_before(self, max_steps: int) -> dict[str, Any] | None:
+    def finished_before(self) -> dict[str, Any] | None:
         """The recorded figures when this directory already finished what is asked (then it is left as it
         was: Hydra's files would describe a config that did not run), else None."""
         previous = read_run_json(self.job.output_dir / "run.json")
         own = self.start.checkpoint == last_checkpoint(self.job.output_dir)
-        if previous.get("status") == "finished" and own and self.start.step >= max_steps:
+        if previous.get("status") == "finished" and own and self.end.done(self.start.step):
             self._before.restore()
             log.warning(
                 "%s finished already (%d optimizer steps): nothing to do",
@@ -80,15 +85,14 @@ class RunSession:
             self.job, self.seed, self.resumed_from, self.start.step, write=write, wandb_id=wandb_id
         )
 
-    def stop_if_signalled(self, step: int, checkpoint: Path | None) -> None:
-        """End the run as interrupted when a signal came (during the imports or the warm-start)."""
-        if signals.received() is not None:
-            self.stop(signals.received(), step, checkpoint)
-
-    def stop(self, signum: int | None, step: int, checkpoint: Path | None, reason: str = "") -> None:
-        """Record a run stopped before its last step (a signal, or `reason` for non-finite values) and exit."""
+    def stop_if_asked(self, step: int, checkpoint: Path | None) -> None:
+        """Record a run asked to stop (`end`: a signal, or too many non-finite steps) at optimizer `step`
+        with `checkpoint` as the one to resume from, and exit."""
         assert self.status is not None, "begin() first"
-        end_stopped_run(self.status, self.job, signum, step, checkpoint, self.is_slurm, reason)
+        if self.end.signalled():
+            end_stopped_run(
+                self.status, self.job, self.end.signal, step, checkpoint, self.is_slurm, self.end.reason
+            )
 
     def record_provenance(self, provenance: dict[str, Any]) -> None:
         """run.json records what produced the run (`tracking.provenance`), before training starts."""

@@ -71,6 +71,13 @@ def all_gather_object(obj: Any) -> list[Any]:
     return out
 
 
+def any_rank(flag: bool) -> bool:
+    """Whether `flag` is True on any rank: one vote, so that every rank takes the same decision."""
+    if not is_distributed():
+        return flag
+    return bool(all_reduce(torch.tensor([flag], dtype=torch.int32), "max").item())
+
+
 def _reduce_dict(values: dict[str, float], op: str) -> dict[str, float]:
     keys = sorted(values)  # the same order on every rank
     reduced = all_reduce(torch.tensor([values[k] for k in keys], dtype=torch.float64), op)

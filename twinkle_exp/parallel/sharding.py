@@ -50,6 +50,16 @@ def shard_model(model: nn.Module, mesh: Any) -> None:
     fully_shard(model, mesh=mesh, reshard_after_forward=False)
 
 
+def shard_models(policy: nn.Module, reference: nn.Module | None, mesh: Any | None) -> None:
+    """Shard the policy and a separate reference over the data-parallel `mesh` (trainer=fsdp sets one; None:
+    nothing to shard); once only, though Lightning may ask again."""
+    if mesh is None or is_sharded(policy):
+        return
+    shard_model(policy, mesh["data_parallel"])
+    if reference is not None and reference is not policy:  # LoRA: the policy itself
+        shard_model(reference, mesh["data_parallel"])
+
+
 def is_sharded(model: nn.Module) -> bool:
     fsdp = sys.modules.get("torch.distributed.fsdp")
     return fsdp is not None and isinstance(model, fsdp.FSDPModule)

@@ -50,6 +50,11 @@ class RolloutBatch:
     # top-p removed before the draw (each token's total variation between the sampled and the scored
     # distribution); None when no filter was on.
     filtered_mass: torch.Tensor | None = None
+    # How the rows were drawn, so every later pass scores them under the same softmax(logits / temperature)
+    # without reading the rollout config again (the defaults: a plain draw, as SamplingOptions').
+    temperature: float = 1.0
+    top_k: int = 0  # 0: no top-k filter
+    top_p: float = 1.0  # 1: no nucleus filter
 
     @property
     def completion_mask(self) -> torch.Tensor:
@@ -413,4 +418,7 @@ def generate(
         prompt_index=prompt_index,
         group_size=group_size,
         filtered_mass=torch.stack(removed_mass, dim=1).sum(-1) if filters else None,
+        temperature=temp,
+        top_k=0 if greedy else top_k,
+        top_p=1.0 if greedy else top_p,
     )

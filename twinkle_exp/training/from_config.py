@@ -6,6 +6,7 @@ import torch
 from hydra.utils import instantiate
 
 from twinkle_exp.config.schema import Config
+from twinkle_exp.lifecycle.run_end import RunEnd
 from twinkle_exp.policy.build import Policy, with_task_prompt_format
 from twinkle_exp.rewards import build_rewards
 from twinkle_exp.rewards.overlong import OverlongShaping
@@ -30,8 +31,9 @@ def overlong_shaping(cfg: Config) -> OverlongShaping | None:
     )
 
 
-def policy_module(cfg: Config, policy: Policy, task: Task) -> PolicyModule:
-    """`policy` (warm-started or not) and `task` with the config's rewards, loss and settings."""
+def policy_module(cfg: Config, policy: Policy, task: Task, run_end: RunEnd | None = None) -> PolicyModule:
+    """`policy` (warm-started or not) and `task` with the config's rewards, loss and settings; `run_end`:
+    the run's budget (None: the trainer's that fits it)."""
     return PolicyModule(
         policy,
         task,
@@ -42,4 +44,5 @@ def policy_module(cfg: Config, policy: Policy, task: Task) -> PolicyModule:
         optim=cfg.optim,
         trainer=cfg.trainer,
         seed=cfg.seed,
+        run_end=run_end,
     )

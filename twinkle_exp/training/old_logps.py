@@ -14,6 +14,8 @@ start-up warning says so); the recompute still removes the sampler's part of the
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import nn
 
@@ -24,6 +26,7 @@ from twinkle_exp.policy.logprobs import sequence_logps
 from twinkle_exp.policy.shared_prefix import PrefixIndex
 from twinkle_exp.sampling.generate import RolloutBatch
 
+log = logging.getLogger(__name__)
 FULL_PRECISION = ("32-true", "32", "64-true", "64")
 FULL_DTYPES = (torch.float32, torch.float64)
 
@@ -86,6 +89,24 @@ def should_recompute(
     if mode != "auto":
         return mode == "recompute"
     return correction != "none" or bool(recompute_reasons(precision, model, sampler_dtype))
+
+
+def recompute_for_run(
+    mode: str, precision: str, model: nn.Module, correction: str, sampler_dtype: str | None, dropout: bool
+) -> bool:
+    """`should_recompute` for a run that starts training, warning of settings whose on-policy ratios are
+    not 1 (`dropout`: optim.update_dropout)."""
+    recompute = should_recompute(mode, precision, model, correction=correction, sampler_dtype=sampler_dtype)
+    reasons = recompute_reasons(precision, model, sampler_dtype)
+    if reasons and mode == "sampler":
+        log.warning(
+            "optim.old_logps=sampler with %s: the sampler's log-probs differ from the update's, so "
+            "on-policy ratios are not 1 (optim.old_logps=auto recomputes them)",
+            ", ".join(reasons),
+        )
+    if dropout and has_dropout(model):
+        log.warning("optim.update_dropout=true: dropout is on in the update, so on-policy ratios are not 1")
+    return recompute
 
 
 @torch.no_grad()

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 
 import torch
 
+from twinkle_exp.config.schema import OptimConfig
+
 # Where torch (>= 2.4) has fused AdamW kernels for plain float tensors.
 _FUSED_DEVICES = ("cpu", "cuda")
 
@@ -45,3 +47,20 @@ def adamw(
     return torch.optim.AdamW(
         params, lr=lr, betas=betas, weight_decay=weight_decay, fused=True if fused else None
     )
+
+
+def optimizer_and_schedule(
+    params: Iterable[torch.Tensor], opt: OptimConfig, loss_scaler: object | None = None
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """The update's AdamW of `opt` and its linear warm-up over `opt.warmup_steps` optimizer steps."""
+    optimizer = adamw(
+        params,
+        lr=opt.lr,
+        betas=tuple(opt.betas),
+        weight_decay=opt.weight_decay,
+        fused=opt.fused_adamw,
+        loss_scaler=loss_scaler,
+    )
+    warmup = max(1, opt.warmup_steps)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+    return optimizer, schedule

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -208,3 +209,13 @@ def _some_steps(steps: list[int], head: int = 5) -> str:
     if len(steps) > head:
         shown += ["...", str(steps[-1])] if len(steps) > head + 1 else [str(steps[-1])]
     return ", ".join(shown)
+
+
+SAMPLE_COLUMNS = ["prompt", "completion", "answer", "reward"]
+
+
+def sample_rows(plan: Any, shown: int = 32) -> list[tuple[str, str, str, float]]:
+    """The rollout's first `shown` rows as SAMPLE_COLUMNS, for the loggers' samples table."""
+    rollout = plan.rollout
+    prompts, answers = rollout.per_row(plan.prompts), rollout.per_row(plan.answers)
+    return list(zip(prompts, rollout.completions, answers, plan.rewards.tolist(), strict=True))[:shown]

@@ -43,6 +43,14 @@ class UpdatePlan:
         Built once per rollout: it reads the prompt columns on the host, a sync on a GPU."""
         return PrefixIndex.of(self.rollout)
 
+    def check_replayed(self, prompts: list[str]) -> None:
+        """A resumed run's stream must give the interrupted rollout's prompts again."""
+        if prompts != self.prompts:
+            raise RuntimeError(
+                "resume: the prompt stream did not replay the interrupted rollout's prompts; was the "
+                "checkpoint written with another task or seed?"
+            )
+
     @property
     def done(self) -> bool:
         return self.next_step >= len(self.steps)
@@ -60,11 +68,22 @@ class UpdatePlan:
         return state
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> UpdatePlan:
+    def from_state_dict(cls, state: dict[str, Any], sampled_with: dict[str, Any] | None = None) -> UpdatePlan:
+        """The plan of `state_dict()`. `sampled_with` ({temperature, top_k, top_p}: the run's settings) fills
+        in what a checkpoint written before the rollout carried them did not record."""
         values = dict(state)
-        values["rollout"] = RolloutBatch(**state["rollout"])
+        values["rollout"] = RolloutBatch(**((sampled_with or {}) | state["rollout"]))
         values["adv"] = AdvantageResult(**state["adv"])
         return cls(**values)
+
+
+def check_minibatches(num_minibatches: int, rows: int, ranks: int) -> None:
+    """Every rank splits its share of the rollout's `rows` into `num_minibatches` non-empty minibatches."""
+    if num_minibatches > rows // ranks:
+        raise ValueError(
+            f"optim.num_minibatches={num_minibatches} is more than the {rows // ranks} samples of a rollout "
+            f"on each of the {ranks} ranks (rollout.prompts_per_step x rollout.group_size / ranks)"
+        )
 
 
 def shuffled_steps(

@@ -1,0 +1,103 @@
+"""Every held-out validation of a run, in one place.
+
+A run validates (greedy decoding, exact-match accuracy and mean reward) before its first rollout and every
+`trainer.val_every` rollouts after it (`before_rollout`), at its last training step (`at_last_step`: shown
+in the progress bar at once, logged by `after_checkpoint` once the end-of-training checkpoint is written,
+so that a resumed run drops that row with the others logged after the checkpoint and none is logged
+twice), and `final_figures` gives the run's result, validating once more unless the last step did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from twinkle_exp import metric_names as M
+from twinkle_exp.config.schema import TrainerConfig
+from twinkle_exp.parallel import collectives
+from twinkle_exp.parallel.sharding import gathered
+from twinkle_exp.tasks import Task
+from twinkle_exp.tracking.loggers import log_metrics
+from twinkle_exp.training.evaluation import (
+    greedy_totals,
+    length_buckets,
+    startup_truncation_warning,
+    validation_metrics,
+)
+
+
+@dataclass
+class ValidationRecord:
+    """The held-out figures a run has seen (part of `TrainingState`)."""
+
+    first: dict[str, float] = field(default_factory=dict)  # before the first update: the warm-start's figures
+    last: dict[str, float] = field(default_factory=dict)
+    last_step: int = -1  # the optimizer step `last` was taken at
+    final: dict[str, float] | None = None  # the last training step's, until it is logged
+
+    def record(self, figures: dict[str, float], step: int) -> None:
+        self.last, self.last_step = figures, step
+        self.first = self.first or figures
+
+
+class Validation:
+    """Validates `module` (a `PolicyModule`: its policy, rewards, loggers, step and rollout count) on `task`."""
+
+    def __init__(
+        self, task: Task, max_new_tokens: int, trainer: TrainerConfig, record: ValidationRecord
+    ) -> None:
+        self.task, self.max_new_tokens = task, max_new_tokens
+        self.every, self.batch_size = trainer.val_every, trainer.val_batch_size
+        self.record = record
+        self._startup_checked = False  # whether the validation before training was checked for truncation
+
+    def evaluate(self, module: Any) -> dict[str, float]:
+        """Each rank decodes its share of the held-out examples and the totals are summed, so every example
+        counts once."""
+        held_out = self.task.validation_set()
+        buckets = length_buckets(held_out)
+        with gathered(module.policy):
+            totals = greedy_totals(
+                module.policy,
+                module.tokenizer,
+                collectives.shard(held_out),
+                module.rewards,
+                max_new_tokens=self.max_new_tokens,
+                batch_size=self.batch_size,
+                buckets=buckets,
+                completion_answer=self.task.completion_answer,
+            )
+        return validation_metrics(collectives.all_reduce(totals, "sum"), buckets)
+
+    def log(
+        self, module: Any, prog_bar: bool = True, figures: dict[str, float] | None = None
+    ) -> dict[str, float]:
+        """Evaluate (unless `figures` of these weights are given) and log at the module's step."""
+        self.record.record(figures or self.evaluate(module), module.global_step)
+        if module.rollouts_done == 0 and not self._startup_checked and module.global_rank == 0:
+            self._startup_checked = True  # the validation before training: said once
+            startup_truncation_warning(self.record.last, self.max_new_tokens)
+        log_metrics(module.loggers, self.record.last, module.global_step)
+        if prog_bar and module._trainer is not None and module.trainer.training:
+            module.log("acc", self.record.last[M.VAL_ACCURACY], prog_bar=True, logger=False)
+        return self.record.last
+
+    def before_rollout(self, module: Any) -> None:
+        if module.rollouts_done % self.every == 0:
+            self.log(module)
+
+    def at_last_step(self, module: Any) -> None:
+        # Shown now, so that the progress bar ends on the summary's accuracy.
+        self.record.final = self.evaluate(module)
+        module.log("acc", self.record.final[M.VAL_ACCURACY], prog_bar=True, logger=False)
+
+    def after_checkpoint(self, module: Any) -> None:
+        # Inside fit, after the end-of-training checkpoint; the weights have not changed since the last step.
+        self.log(module, prog_bar=False, figures=self.record.final)
+        self.record.final = None
+
+    def final_figures(self, module: Any) -> dict[str, float]:
+        """The run's last figures; with max_steps=0 this is also its first validation."""
+        step = module.global_step
+        validated = self.record.last_step == step and step > 0
+        return self.record.last if validated else self.log(module)
