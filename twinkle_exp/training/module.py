@@ -28,6 +28,7 @@ from twinkle_exp.sampling.generate import Decoding, RolloutBatch, SamplingOption
 from twinkle_exp.sampling.sampler_copy import SamplerCopy
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking.loggers import log_metrics, log_samples
+from twinkle_exp.tracking.samples_logger import keep_samples
 from twinkle_exp.training import checkpoint_state
 from twinkle_exp.training.evaluation import (
     greedy_totals,
@@ -328,6 +329,22 @@ class PolicyModule(L.LightningModule):
             repeating = [c for c, flag in zip(texts, repeats.tolist(), strict=True) if flag]
             self.truncation.observe_repeats(
                 metrics[M.COMPLETION_REPEATS_PROMPT_RATIO], self.global_step, repeating
+            )
+            keep_samples(  # samples.jsonl, when the run keeps one (tracking.samples_file)
+                self.loggers,
+                step=self.global_step,
+                rollout=self.rollouts_done,
+                prompts=rollout.per_row(plan.prompts),
+                completions=texts,
+                answers=rollout.per_row(plan.answers),
+                rewards=plan.rewards,
+                per_fn=plan.per_fn,
+                advantages=plan.adv.advantages,
+                lengths=rollout.completion_lengths,
+                truncated=rollout.truncated,
+                repeats=repeats,
+                group_size=rollout.group_size,
+                final=self.global_step >= self.trainer.max_steps,
             )
         log_metrics(self.loggers, metrics | {M.ROLLOUT_INDEX: float(self.rollouts_done)}, self.global_step)
         if in_step:  # the progress bar; Lightning refuses self.log outside a training step
