@@ -16,6 +16,7 @@ from ..loading.runs import Run
 from ..statistics.aggregate import Score, VariantStats
 from ..statistics.comparisons import Comparisons, points, sentence
 from ..statistics.step_grid import GridSpan
+from .samples import SAMPLE_HEADERS, sample_note, sample_rows
 from .tables import (
     JOB_HEADERS,
     METHOD_NOTES,
@@ -139,6 +140,10 @@ def build_blocks(d: ReportData) -> list[Block]:
         blocks.append(
             ("p", f"{title}: skipped, no run logged {key}.") if path is None else ("img", title, path)
         )
+    samples = sample_rows(d.stats, d.names)
+    blocks += [("h2", "Completions"), ("p", sample_note(samples))]
+    if samples:
+        blocks.append(("table", SAMPLE_HEADERS, samples))
     blocks += [
         ("h2", "Jobs"),
         ("table", JOB_HEADERS, [job_row(r, d.names.get(s.label)) for s in d.stats for r in s.runs]),
