@@ -14,9 +14,10 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
-from twinkle_exp.config.checks.environment import TRACKIO_INSTALL as INSTALL
 from twinkle_exp.errors import UserError
 from twinkle_exp.tracking.fail_safe import FailSafe, guarded
+
+INSTALL = "pip install 'twinkle_exp[trackio]'"
 
 
 def run_name(job_name: str, run_id: str | None) -> str:

@@ -1,15 +1,11 @@
-"""What this machine has that the config asks for: a GPU, the policy's model file, a wandb login, the
-trackio package."""
+"""What this machine has that the config asks for: a GPU, the policy's model file, a wandb login."""
 
 from __future__ import annotations
 
-import importlib.util
 import netrc
 import os
 from collections.abc import Iterator
 from typing import Any
-
-TRACKIO_INSTALL = "pip install 'twinkle_exp[trackio]'"
 
 
 def environment_problems(plain: dict[str, Any], policy: str | None) -> Iterator[str]:
@@ -27,8 +23,6 @@ def environment_problems(plain: dict[str, Any], policy: str | None) -> Iterator[
     logger = plain["logger"]
     if logger["wandb"] and logger["mode"] == "online" and not _wandb_logged_in():
         yield "logger.mode=online: wandb has no login here; run `wandb login`, or WANDB_MODE=offline, or logger=csv"
-    if logger.get("trackio") and importlib.util.find_spec("trackio") is None:
-        yield f"logger.trackio=true: the trackio package is not installed here; {TRACKIO_INSTALL} (or logger=csv)"
 
 
 def _wandb_logged_in() -> bool:
