@@ -24,7 +24,7 @@ def sample(step: int, rollout: int, completion: str, *, truncated=False, repeats
         "step": step,
         "rollout": rollout,
         "row": row,
-        "prompt": "12+30=",
+        "prompt": f"{row // 4}+30=",  # groups of 4
         "completion": completion,
         "answer": "42",
         "reward": 0.5,
@@ -88,6 +88,7 @@ def test_the_page_shows_each_variants_first_and_last_completions_escaped(sweep):
         [
             sample(4, 0, "<script>alert(1)</script>", row=0),
             sample(4, 0, "first | b", row=4),
+            sample(4, 0, "another of the first group", row=5),
             sample(4, 0, "third of the first", row=8),
             sample(8, 1, "middle"),
             sample(10, 2, "the end & <b>bold</b>", truncated=True),
@@ -103,10 +104,11 @@ def test_the_page_shows_each_variants_first_and_last_completions_escaped(sweep):
     text = (out / "report.md").read_text()
     completions = md_section(text, "Completions")
     assert "first \\| b" in completions and "third of the first" not in completions  # two per end
+    assert "another of the first group" not in completions  # one per prompt
     assert "middle" not in completions
-    assert f"grpo/seed=0: {SAMPLES_JSONL}: skipped 1 unreadable line(s) (line 6" in text
+    assert f"grpo/seed=0: {SAMPLES_JSONL}: skipped 1 unreadable line(s) (line 7" in text
     [run] = [r for r in load_runs([sweep]) if r.name == "grpo/seed=0"]
-    assert [s["rollout"] for s in run.samples] == [0, 0, 0, 1, 2]
+    assert [s["rollout"] for s in run.samples] == [0, 0, 0, 0, 1, 2]
 
 
 def test_a_sweep_without_samples_says_so(sweep):  # noqa: F811

@@ -41,6 +41,11 @@ FIELDS = (
 )
 
 
+def _short(value: float) -> float:
+    """6 significant digits: float32 values read back as 0.11999999731779099 otherwise."""
+    return float(f"{float(value):.6g}")
+
+
 def _plain(values: Any) -> list:
     """A list from a list or a 1-D tensor."""
     return values.tolist() if hasattr(values, "tolist") else list(values)
@@ -123,9 +128,9 @@ class SamplesFile:
                 "prompt": prompts[i],
                 "completion": completions[i],
                 "answer": answers[i],
-                "reward": float(reward[i]),
-                "rewards": {name: float(values[i]) for name, values in terms.items()},
-                "advantage": float(adv[i]),
+                "reward": _short(reward[i]),
+                "rewards": {name: _short(values[i]) for name, values in terms.items()},
+                "advantage": _short(adv[i]),
                 "length": int(length[i]),
                 "truncated": flags[i],
                 "repeats_prompt": repeating[i],

@@ -26,14 +26,24 @@ PROMPT_CHARS = 80  # prompts are cut shorter than completions: the completion is
 
 
 def first_and_last(samples: list[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
-    """The first PER_END rows of the file's first rollout and of its last one ([] for a run of one rollout's
-    rows at the end)."""
+    """PER_END rows of different prompts from the file's first rollout and from its last one ([] at the
+    end for a file of one rollout)."""
     rollouts = [row.get("rollout") for row in samples]
     if not rollouts:
         return [], []
-    first = [row for row in samples if row.get("rollout") == rollouts[0]][:PER_END]
-    last = [row for row in samples if row.get("rollout") == rollouts[-1]][:PER_END]
+    first, last = _of_rollout(samples, rollouts[0]), _of_rollout(samples, rollouts[-1])
     return first, ([] if rollouts[-1] == rollouts[0] else last)
+
+
+def _of_rollout(samples: list[dict[str, Any]], rollout: Any) -> list[dict]:
+    """The rollout's first PER_END rows, one per prompt (a group's first completion, before the extra
+    cut-off or prompt-repeating one of the same group)."""
+    chosen, prompts = [], set()
+    for row in samples:
+        if row.get("rollout") == rollout and row.get("prompt") not in prompts:
+            chosen.append(row)
+            prompts.add(row.get("prompt"))
+    return chosen[:PER_END]
 
 
 def sample_rows(stats: list[VariantStats], names: dict[str, str]) -> list[list[str]]:
@@ -68,7 +78,7 @@ def _row(label: str, when: str, row: dict[str, Any]) -> list[str]:
         when,
         str(row.get("step", "")),
         shown(row.get("prompt", ""), PROMPT_CHARS),
-        shown(row.get("completion", "")) + flags,
+        (shown(row.get("completion", "")) or "(empty)") + flags,
         shown(row.get("answer", ""), PROMPT_CHARS),
         _number(row.get("reward")),
         _number(row.get("advantage")),
