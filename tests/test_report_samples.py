@@ -115,3 +115,24 @@ def test_a_sweep_without_samples_says_so(sweep):  # noqa: F811
     assert main([str(sweep), "--threshold", "0.5"]) == 0
     completions = md_section((sweep / "report" / "report.md").read_text(), "Completions")
     assert "No run kept completions" in completions
+
+
+def test_the_page_opens_with_the_headline_and_the_verdicts_in_words(sweep):  # noqa: F811
+    assert main([str(sweep), "--threshold", "0.5"]) == 0
+    text = (sweep / "report" / "report.md").read_text()
+    headings = [line[3:] for line in text.splitlines() if line.startswith("## ")]
+    assert headings[:3] == ["Variants", "Verdicts", "Data problems"]
+    assert headings.index("Pairwise comparisons: AUC") > headings.index("Verdicts")
+    assert headings[-3:-1] == ["How the tables are computed", "Jobs"]  # then "Jobs and attempts"
+    top = text.split("## Variants", 1)[0]
+    # grpo's AUC 37.9%, sapo's 21.7% (test_report's figures), highest first
+    assert (
+        "Headline: AUC, mean over seeds, highest first: loss=grpo 37.9% (2 seeds), loss=sapo, loss.tau=0.5 21.7% (2 seeds)."
+        in top
+    )
+    assert (
+        "⚠ Read with care: 1 data problem(s) and 1 provenance warning(s), listed below the verdicts." in top
+    )
+    verdicts = md_section(text, "Verdicts")
+    assert verdicts.count("\n- ") + verdicts.startswith("- ") == 2  # one pair x (AUC, final accuracy)
+    assert "on final accuracy: inconclusive: difference +22.5" in verdicts

@@ -8,7 +8,7 @@ from ..statistics.comparisons import Comparisons, sentence
 
 
 def headline(stats: list[VariantStats], scores: tuple[Score, ...], names: dict[str, str]) -> str:
-    """ "Headline: AUC (%), mean over seeds, highest first: loss=sapo 45.2 (2 seeds), loss=grpo 40.1 (2 seeds)." """
+    """ "Headline: AUC, mean over seeds, highest first: loss=sapo 45.2% (2 seeds), loss=grpo 40.1% (2 seeds)." """
     if not scores:
         return "Headline: no score to compare the variants on."
     score = scores[0]
@@ -17,13 +17,13 @@ def headline(stats: list[VariantStats], scores: tuple[Score, ...], names: dict[s
     )
     if not ranked:
         return f"Headline: no finished run has a {score.name} yet."
-    unit = f" ({score.unit})" if score.unit else ""
+    unit = score.unit if score.unit == "%" else f" {score.unit}" if score.unit else ""
     parts = ", ".join(
-        f"{names.get(s.label) or s.label} {s.estimates[score.name].value * score.scale:.1f} "
+        f"{names.get(s.label) or s.label} {s.estimates[score.name].value * score.scale:.1f}{unit} "
         f"({len(s.scores.get(score.name, []))} {'seed' if len(s.scores.get(score.name, [])) == 1 else 'seeds'})"
         for s in ranked
     )
-    return f"Headline: {score.name}{unit}, mean over seeds, highest first: {parts}."
+    return f"Headline: {score.name}, mean over seeds, highest first: {parts}."
 
 
 def verdict_sentences(comparisons: Comparisons, scores: tuple[Score, ...]) -> list[str]:
