@@ -113,6 +113,8 @@ def test_a_resume_keeps_the_rollouts_its_checkpoint_finished(tmp_path):
     assert problems == [] and sorted({r["rollout"] for r in rows}) == [0, 1, 2]
     assert not path.with_name(SAMPLES_JSONL + ".tmp").exists()
     assert truncate_samples(tmp_path / "none.jsonl", 3) == 0
+    before = path.stat().st_ino
+    assert truncate_samples(path, rollouts_done=3) == 6 and path.stat().st_ino == before  # nothing to drop
 
 
 def test_unicode_and_markup_survive_the_round_trip(tmp_path):

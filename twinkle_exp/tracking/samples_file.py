@@ -182,8 +182,10 @@ def truncate_samples(path: Path, rollouts_done: int) -> int:
     path = Path(path)
     if not path.is_file():
         return 0
-    rows, _ = read_samples(path)
+    rows, torn = read_samples(path)
     kept = [r for r in rows if isinstance(r.get("rollout"), int) and r["rollout"] < rollouts_done]
+    if len(kept) == len(rows) and not torn:
+        return len(kept)  # nothing to drop: the file stays as it is
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
