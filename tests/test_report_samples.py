@@ -136,3 +136,24 @@ def test_the_page_opens_with_the_headline_and_the_verdicts_in_words(sweep):  # n
     verdicts = md_section(text, "Verdicts")
     assert verdicts.count("\n- ") + verdicts.startswith("- ") == 2  # one pair x (AUC, final accuracy)
     assert "on final accuracy: inconclusive: difference +22.5" in verdicts
+
+
+def test_the_end_of_run_summary_quotes_the_runs_cut_off_completions(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from twinkle_exp.report.run_summary import WARNINGS, print_warnings, summarize_run
+
+    steps = range(4, 101, 4)
+    lines = [f"step,{M.COMPLETION_CLIPPED_RATIO},{M.REWARD_MEAN}"]
+    lines += [f"{s},0.9,{0.1 + 0.5 * s / 100}" for s in steps]
+    (tmp_path / "metrics.csv").write_text("\n".join(lines) + "\n")
+    write_samples(tmp_path, [sample(96, 23, "12+30=12+30=[x]", truncated=True)])
+    config = {"rollout": {"max_new_tokens": 12}}
+    summary = summarize_run(tmp_path / "metrics.csv", config, None, loggers=[])
+    [warning] = [w for w in summary[WARNINGS] if w["check"] == "truncated_reward_rise"]
+    assert warning["quotes"] == ['step 96: "12+30=12+30=[x]" (reward 0.5)']
+    out = io.StringIO()
+    print_warnings(summary, Console(file=out, width=200))
+    assert '  step 96: "12+30=12+30=[x]" (reward 0.5)' in out.getvalue()  # [x] is not rich markup
