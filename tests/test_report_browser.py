@@ -1,5 +1,6 @@
 """report.html of a small real sweep, opened in headless Chromium: no console error or failed load, every plot
-loaded at its file's size, the headline table there with the variants' short names; a screenshot is written
+loaded at its file's size, the headline sentence, the headline table with the variants' short names and the
+pair verdicts in words within one scroll of the top, the completions table; a screenshot is written
 (skipped without a browser). The browser checks themselves are shown to catch a broken page."""
 
 from __future__ import annotations
@@ -18,8 +19,15 @@ pytest.importorskip("websockets", reason="the browser tests talk to Chromium thr
 
 PAGE_STATE = """(() => {
   const headline = document.querySelector('table');
+  const h2 = Array.from(document.querySelectorAll('h2'));
+  const verdicts = h2.find(h => h.textContent === 'Verdicts');
+  const below = verdicts && verdicts.nextElementSibling;
   return {
-    headings: Array.from(document.querySelectorAll('h2'), h => h.textContent),
+    headings: h2.map(h => h.textContent),
+    firstParagraphs: Array.from(document.querySelectorAll('body > p'), p => p.textContent).slice(0, 2),
+    viewport: window.innerHeight,
+    verdictsBottom: below ? below.getBoundingClientRect().bottom + window.scrollY : null,
+    verdictItems: below ? Array.from(below.querySelectorAll('li'), li => li.textContent) : [],
     headers: Array.from(headline.querySelectorAll('th'), c => c.textContent),
     variants: Array.from(headline.querySelectorAll('tbody tr'), r => r.cells[0].textContent),
     headlineHeight: headline.getBoundingClientRect().height,
@@ -57,8 +65,16 @@ def test_the_report_renders_with_its_headline_and_every_plot(report, tmp_path):
         state = page.evaluate(PAGE_STATE)
         page.screenshot(tmp_path / "report.png")
     assert page.errors == []
-    assert (
-        state["headings"][0] == "Variants" and "Checks" in state["headings"] and "Plots" in state["headings"]
+    headings = state["headings"]
+    assert headings[:2] == ["Variants", "Verdicts"]  # the result first, the tables behind it after
+    assert {"Checks", "Plots", "Completions", "Jobs"} <= set(headings)
+    assert state["firstParagraphs"][1].startswith("Headline: AUC, mean over seeds, highest first: loss=")
+    # The pair verdicts, in words, end within one scroll of the top (two screens' height).
+    assert state["verdictsBottom"] is not None and state["verdictsBottom"] <= 2 * state["viewport"], state
+    assert len(state["verdictItems"]) == 2  # one pair x (AUC, final accuracy)
+    assert all(
+        re.match(r"loss=\w+ vs loss=\w+ on .+: (different|inconclusive|equivalent)", v)
+        for v in state["verdictItems"]
     )
     assert state["headers"][:3] == ["variant", "seeds finished / total", "AUC (%) mean [95% CI]"]
     assert state["variants"] == ["loss=grpo", "loss=sapo"]  # shared overrides left out, as the page says
@@ -70,6 +86,9 @@ def test_the_report_renders_with_its_headline_and_every_plot(report, tmp_path):
     for image, (_, name) in zip(state["images"], plots, strict=True):
         assert image["loaded"] and image["size"] == png_size(report / name) and image["shown"] > 0, image
     assert png_size(tmp_path / "report.png") == [1280, 1000]
+    # The completions table: each variant's kept completions, from samples.jsonl (debug=fast: one rollout).
+    completions = (report / "report.md").read_text().split("## Completions\n", 1)[1].split("\n## ", 1)[0]
+    assert "| loss=grpo (seed 0) | start |" in completions and "| loss=sapo (seed 0) | start |" in completions
 
 
 def test_the_browser_checks_catch_a_broken_page(tmp_path):

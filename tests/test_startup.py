@@ -45,6 +45,8 @@ def problems(*overrides: str) -> list[str]:
         ("optim.old_logps=maybe", "optim.old_logps must be one of ['auto', 'recompute', 'sampler']"),
         ("trainer.val_every=0", "trainer.val_every must be a positive integer, got 0"),
         ("trainer.samples_every=0", "trainer.samples_every must be a positive integer, got 0"),
+        ("trainer.samples_file_rows=-1", "trainer.samples_file_rows must be an integer >= 0, got -1"),
+        ("trainer.samples_file_mb=0", "trainer.samples_file_mb must be > 0, got 0"),
         ("trainer.max_steps=-5", "trainer.max_steps must be an integer >= 0, got -5"),
         ("advantage.scale=bogus", "advantage.scale must be one of ['group', 'batch', 'none'], got 'bogus'"),
         ("rollout.temperature=0", "rollout.temperature must be > 0, got 0"),

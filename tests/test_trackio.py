@@ -62,6 +62,10 @@ def _check_run(run: dict, run_dir: Path) -> None:
     assert run["config"]["loss"]["_target_"] == config["loss"]["_target_"]
     assert run["config"]["rollout"]["group_size"] == config["rollout"]["group_size"] == 4
     assert "loss:grpo" in run["config"]["tags"] and run["config"]["overrides"] == info["overrides"]
+    # What produced it, on the dashboard as in run.json (its provenance of the last attempt).
+    provenance = info["provenance"]
+    assert run["config"]["versions"] == provenance["versions"] and run["config"]["versions"]["torch"]
+    assert run["config"]["git_commit"] == provenance["commit"] and "git_dirty" in run["config"]
     # One summary per attempt, at its last step; the last one is run.json's.
     summaries = [log for log in run["logs"] if any(k.startswith("summary/") for k in log)]
     assert len(summaries) == len(info["attempts"])

@@ -32,6 +32,8 @@ from twinkle_exp.tracking.loggers import build_loggers
 from twinkle_exp.tracking.metrics_file import truncate_rows
 from twinkle_exp.tracking.progress import RolloutProgressBar
 from twinkle_exp.tracking.run_json import JobInfo, read_run_json, run_wandb_id
+from twinkle_exp.tracking.samples_file import SAMPLES_JSONL, truncate_samples
+from twinkle_exp.tracking.samples_logger import SamplesFileLogger
 from twinkle_exp.training.from_config import policy_and_task, policy_module
 from twinkle_exp.training.module import PolicyModule
 from twinkle_exp.training.warmup import warm_start
@@ -115,8 +117,12 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
         # Before the trainer knows the rank, Lightning's guess from the launcher's environment decides.
         if rank_zero_only.rank == 0:  # rows logged after the checkpoint are dropped: the run logs them again
             truncate_rows(job.output_dir / "metrics.csv", start.csv_rows)
+            truncate_samples(job.output_dir / SAMPLES_JSONL, start.rollouts_done)
         wandb_id = run_wandb_id(read_run_json(job.output_dir / "run.json"), session.resumed_from)
         loggers += build_loggers(cfg, typed.logger, typed.sweep_name, job, wandb_id=wandb_id)
+        if typed.trainer.samples_file_rows > 0:
+            t = typed.trainer
+            loggers.append(SamplesFileLogger(job.output_dir, t.samples_file_rows, t.samples_file_mb))
         # The trainer (and so the rank) comes before the module: the module's part is filled in below.
         run_info: dict[str, Any] = {"config": config, "reference_digest": None, "warmup": None}
         trainer, checkpoints = _build_trainer(typed, job, loggers, run_info, session)

@@ -218,6 +218,10 @@ class TrainerConfig:
     val_every: int = param(10, positive_int)
     val_batch_size: int = param(128, positive_int)
     samples_every: int = param(25, positive_int)  # rollouts between tables of sample completions in wandb
+    # samples.jsonl in the run directory (docs/operations.md): completions kept per rollout (0: no file),
+    # and the file's cap in megabytes, past which only the final rollout's are added.
+    samples_file_rows: int = param(4, int_at_least(0))
+    samples_file_mb: float = param(8.0, positive)
     enable_progress_bar: bool = True
     save_checkpoint: bool = True
     # Optimizer steps between checkpoints (written at the end of the rollout that reaches each multiple);

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.tracking.samples_file import SAMPLES_JSONL, read_samples
 
 from .diagnostics.per_run import DIAGNOSTICS, diagnose_run
 from .loading.metrics_csv import Series, read_metrics
@@ -52,11 +53,13 @@ def summarize_run(
 ) -> dict[str, Any]:
     """Figures and diagnoses of the finished run whose metrics are in `metrics_csv`; written into every wandb
     logger's run summary; returned as a JSON-ready dict (the figures, plus WARNINGS: a list of
-    {"check", "title", "evidence", "advice"}, "check" naming the diagnostic) for run.json. `cfg`: the run's
+    {"check", "title", "evidence", "advice"}, "check" naming the diagnostic, with "quotes" of completions
+    from the run's samples.jsonl for the checks about completions) for run.json. `cfg`: the run's
     config (DictConfig, dataclass or mapping)."""
     metrics = read_metrics(metrics_csv)
     figures = run_figures(metrics.series, wall_time_s)
-    diagnoses = diagnose_run(metrics.series, metrics.nonfinite, plain_config(cfg))
+    samples, _ = read_samples(Path(metrics_csv).parent / SAMPLES_JSONL)  # quoted by the completion checks
+    diagnoses = diagnose_run(metrics.series, metrics.nonfinite, plain_config(cfg), samples)
     figures[M.SUMMARY_WARNINGS] = [d.diagnostic for d in diagnoses]
     _to_wandb(figures, loggers)
     warnings = [
@@ -65,6 +68,7 @@ def summarize_run(
             "check": d.diagnostic,
             "evidence": d.evidence,
             "advice": d.advice,
+            **({"quotes": list(d.quotes)} if d.quotes else {}),
         }
         for d in diagnoses
     ]
@@ -127,6 +131,8 @@ def print_warnings(summary: dict[str, Any], console: Console | None = None) -> N
     for w in summary.get(WARNINGS, []):
         change = f" → {w['advice']}." if w["advice"] else ""
         console.print(f"⚠ {w['title']}: {w['evidence']}.{change}", style="yellow", highlight=False)
+        for quote in w.get("quotes", []):  # the run's own completions (samples.jsonl)
+            console.print(f"  {quote}", style="yellow", highlight=False, markup=False)
 
 
 def plain_config(cfg: Any) -> dict:

@@ -10,14 +10,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from twinkle_exp import metric_names as M
 from twinkle_exp.config.schema import LoggerConfig
-from twinkle_exp.tracking.run_json import JobInfo, git_commit
+from twinkle_exp.tracking.provenance import git_state, versions
+from twinkle_exp.tracking.run_json import JobInfo
 
 
 def build_loggers(
     cfg: DictConfig, logger: LoggerConfig, sweep_name: str | None, job: JobInfo, wandb_id: str | None = None
 ) -> list[Any]:
     """CSV always; wandb when `logger.wandb` and Trackio when `logger.trackio`, each with the resolved `cfg`
-    (and the git commit) as its config, the sweep as its group and the job's overrides as its name.
+    (and the git commit, whether the checkout was dirty, and the library versions) as its config, the sweep as its group and the job's overrides as its name.
 
     `wandb_id`: the run to write to (a resumed run continues its own; Trackio's run is named after it too).
     A dashboard failing to start is a warning, and the run goes on without it; a missing trackio package
@@ -31,7 +32,9 @@ def build_loggers(
     group = sweep_name or (Path(job.sweep_dir).name if job.multirun and job.sweep_dir else None)
     tags = [f"{k}:{v}" for k, v in sorted(job.choices.items())] + list(logger.tags)
     config = OmegaConf.to_container(cfg, resolve=True)
-    config["git_commit"] = git_commit()
+    # What produced the run, on the dashboard too (run.json's "provenance" holds the rest: threads, machine).
+    config["git_commit"], config["git_dirty"] = git_state()
+    config["versions"] = versions()
     config["overrides"] = job.overrides
     dashboards = []  # neither starts anything until start(): a missing trackio refuses the run before wandb
     if logger.wandb:

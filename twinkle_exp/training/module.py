@@ -21,9 +21,10 @@ from twinkle_exp.rewards import RewardSet
 from twinkle_exp.sampling.generate import RolloutBatch
 from twinkle_exp.tasks import Task
 from twinkle_exp.tracking.loggers import log_metrics, log_samples
+from twinkle_exp.tracking.samples_logger import keep_samples
 from twinkle_exp.training import rl_step, state
 from twinkle_exp.training.optimizer import optimizer_and_schedule
-from twinkle_exp.training.rollout_metrics import SAMPLE_COLUMNS, sample_rows
+from twinkle_exp.training.rollout_metrics import SAMPLE_COLUMNS, sample_rows, samples_file_fields
 from twinkle_exp.training.step_parts import StepParts, sampled_with
 from twinkle_exp.training.update_plan import UpdatePlan
 from twinkle_exp.training.validation import Validation
@@ -154,6 +155,11 @@ class PolicyModule(L.LightningModule):
     def _finish_rollout(self, plan: UpdatePlan, in_step: bool = True) -> None:
         """Log the rollout's own metrics at the step that ends its updates (every rank together)."""
         metrics = rl_step.rollout_summary(self.parts, plan, self.global_step, quote=self.global_rank == 0)
+        if self.global_rank == 0:  # samples.jsonl, when the run keeps one (tracking.samples_file)
+            final = self.end.done(self.global_step)
+            keep_samples(
+                self.loggers, **samples_file_fields(plan, self.global_step, self.rollouts_done, final)
+            )
         log_metrics(self.loggers, metrics | {M.ROLLOUT_INDEX: float(self.rollouts_done)}, self.global_step)
         if in_step:  # the progress bar; Lightning refuses self.log outside a training step
             self.log("reward", metrics[M.REWARD_MEAN], prog_bar=True, logger=False)

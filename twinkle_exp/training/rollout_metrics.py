@@ -219,3 +219,25 @@ def sample_rows(plan: Any, shown: int = 32) -> list[tuple[str, str, str, float]]
     rollout = plan.rollout
     prompts, answers = rollout.per_row(plan.prompts), rollout.per_row(plan.answers)
     return list(zip(prompts, rollout.completions, answers, plan.rewards.tolist(), strict=True))[:shown]
+
+
+def samples_file_fields(plan: Any, step: int, rollout_index: int, final: bool) -> dict[str, Any]:
+    """The rollout as `tracking.samples_logger.keep_samples` takes it: this rank's rows, per row."""
+    from twinkle_exp.training.prompt_repeats import rollout_repeats_prompt
+
+    rollout = plan.rollout
+    return dict(
+        step=step,
+        rollout=rollout_index,
+        prompts=rollout.per_row(plan.prompts),
+        completions=rollout.completions,
+        answers=rollout.per_row(plan.answers),
+        rewards=plan.rewards,  # [N]
+        per_fn=plan.per_fn,  # {name: [N]}
+        advantages=plan.adv.advantages,  # [N]
+        lengths=rollout.completion_lengths,  # [N]
+        truncated=rollout.truncated,  # [N] bool
+        repeats=rollout_repeats_prompt(rollout),  # [N] bool
+        group_size=rollout.group_size,
+        final=final,
+    )

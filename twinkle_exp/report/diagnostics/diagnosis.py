@@ -18,6 +18,7 @@ class Diagnosis:
     diagnostic: str
     evidence: str  # which metric, which steps, which values
     advice: str  # what to change, naming config keys
+    quotes: tuple[str, ...] = ()  # completions of the run that show it (from samples.jsonl), when it has some
 
 
 def config_at(config: dict, dotted: str):

@@ -1,4 +1,5 @@
-"""The diagnostics of one run, by id: `diagnose_run(metrics, nonfinite, config)` -> its diagnoses, in order.
+"""The diagnostics of one run, by id: `diagnose_run(metrics, nonfinite, config, samples)` -> its diagnoses, in
+order, those about completions quoting some of the run's own (`quotes`).
 
 Pure functions that read metrics by key and step only, so they work whether a metric was logged once per
 rollout or once per optimizer step. The diagnostics across runs are in `sweep` and `variants`.
@@ -6,10 +7,13 @@ rollout or once per optimizer step. The diagnostics across runs are in `sweep` a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..loading.metrics_csv import Series
 from .diagnosis import Diagnosis
+from .quotes import quotes_for
 from .signal import entropy_collapse, repeated_prompt_reward_rise, truncated_reward_rise, zero_std_groups
 from .updates import grad_clip_every_step, growing_kl, high_clip_fraction, nonfinite_values, on_policy
 
@@ -31,13 +35,16 @@ DIAGNOSTICS: dict[str, tuple[str, Callable]] = {
 
 
 def diagnose_run(
-    metrics: dict[str, Series], nonfinite: dict[str, list[int]], config: dict
+    metrics: dict[str, Series],
+    nonfinite: dict[str, list[int]],
+    config: dict,
+    samples: Sequence[dict[str, Any]] = (),
 ) -> list[Diagnosis]:
     """Every diagnostic of DIAGNOSTICS on one run, in that order; `config` is the job's resolved config
-    (nested dict)."""
+    (nested dict); `samples` the rows of its samples.jsonl, which the checks about completions quote."""
     diagnoses = []
     for diagnostic, (_title, fn) in DIAGNOSTICS.items():
         diagnosis = fn(nonfinite, config) if diagnostic == "nonfinite" else fn(metrics, config)
         if diagnosis is not None:
-            diagnoses.append(diagnosis)
+            diagnoses.append(dataclasses.replace(diagnosis, quotes=quotes_for(diagnostic, samples)))
     return diagnoses

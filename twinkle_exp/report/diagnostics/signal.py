@@ -75,9 +75,8 @@ def _reward_rise_while(metrics: dict[str, Series], key: str) -> str | None:
     )
 
 
-# The report reads metrics.csv only; the sample completions go to wandb's table, which it does not read.
 READ_SAMPLES = (
-    "read a few completions (the run's log quotes some with its warning; wandb's samples table holds more)"
+    "read a few completions (quoted here from the run's samples.jsonl, which keeps some of every rollout)"
 )
 
 

@@ -48,7 +48,7 @@ def diagnose_sweep(variants: dict[str, list[Run]]) -> list[DiagnosticResult]:
     for label, runs in variants.items():
         checked = [run for run in runs if run.metrics or run.nonfinite]
         for run in checked:
-            for diagnosis in diagnose_run(run.metrics, run.nonfinite, run.config):
+            for diagnosis in diagnose_run(run.metrics, run.nonfinite, run.config, run.samples):
                 result = results[diagnosis.diagnostic]
                 result.advice = (
                     result.advice or diagnosis.advice

@@ -1,4 +1,5 @@
-"""Find the jobs of one or more sweeps and load what each left on disk: run.json, Hydra's files, metrics.csv.
+"""Find the jobs of one or more sweeps and load what each left on disk: run.json, Hydra's files, metrics.csv,
+samples.jsonl.
 
 The layout is the trainer's contract: a job directory is any directory holding `.hydra/overrides.yaml` or
 `run.json`, at any depth under a sweep directory (a single run's directory is its own sweep of one job).
@@ -14,6 +15,7 @@ from typing import Any
 
 from twinkle_exp import metric_names as M
 from twinkle_exp.tracking.run_json import METRICS_CSV, RUN_JSON
+from twinkle_exp.tracking.samples_file import SAMPLES_JSONL, read_samples
 
 from .metrics_csv import Series, read_metrics
 from .run_files import (
@@ -53,6 +55,7 @@ class Run:
     problems: list[str] = field(default_factory=list)  # what could not be read, one sentence each
     group: list[str] | None = None  # "key=value" parts chosen by --group-by; None: overrides less seed
     run_json: dict[str, Any] = field(default_factory=dict)  # as written ({} when absent or unreadable)
+    samples: list[dict[str, Any]] = field(default_factory=list)  # samples.jsonl's rows ([] when absent)
 
     @property
     def variant_overrides(self) -> list[str]:
@@ -109,6 +112,8 @@ def load_run(job_dir: Path, sweep_dir: Path) -> Run:
         problems.append(f"finished, but {METRICS_CSV} is missing: no statistics for this run")
     elif status == FINISHED and M.VAL_ACCURACY not in metrics.series:
         problems.append(f"finished, but logged no {M.VAL_ACCURACY}: left out of the accuracy statistics")
+    samples, samples_problems = read_samples(job_dir / SAMPLES_JSONL)
+    problems += samples_problems
     config, config_problem = read_yaml_dict(job_dir / CONFIG_FILE)
     hydra, _ = read_yaml_dict(job_dir / HYDRA_FILE)
     choices = ((hydra.get("hydra") or {}).get("runtime") or {}).get("choices") or {}
@@ -126,6 +131,7 @@ def load_run(job_dir: Path, sweep_dir: Path) -> Run:
         choices={str(k): str(v) for k, v in choices.items() if v is not None},
         problems=problems + ([config_problem] if config_problem else []),
         run_json=written,
+        samples=samples,
     )
 
 

@@ -48,7 +48,9 @@ def plot_intervals(
                 [est.value * score.scale], [row], marker="|", markersize=16, color=color, markeredgewidth=2.5
             )
             ax.plot(values, [row] * len(values), "o", color=color, markersize=4, alpha=0.9)
-        ax.set_title(score.name + (f" ({score.unit})" if score.unit else ""), fontsize=11)
+        unit = f" ({score.unit})" if score.unit else ""
+        ax.set_title(score.name + unit, fontsize=11)
+        ax.set_xlabel(f"{score.name} of a run{unit}")
         ax.grid(True, axis="x", alpha=0.35)
     axes[0].set_yticks(range(len(shown)), [names.get(s.label, s.label) for s in reversed(shown)])
     fig.suptitle(f"{TITLE}\n(dots: seeds; tick: mean; bar: 95% t interval of the mean)", fontsize=11)

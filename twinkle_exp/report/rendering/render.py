@@ -14,8 +14,10 @@ from ..loading.provenance import HEADERS as PROVENANCE_HEADERS
 from ..loading.provenance import ProvenanceCheck
 from ..loading.runs import Run
 from ..statistics.aggregate import Score, VariantStats
-from ..statistics.comparisons import Comparisons, points, sentence
+from ..statistics.comparisons import Comparisons, points
 from ..statistics.step_grid import GridSpan
+from .headline import headline, verdict_sentences
+from .samples import SAMPLE_HEADERS, sample_note, sample_rows
 from .tables import (
     JOB_HEADERS,
     METHOD_NOTES,
@@ -92,45 +94,49 @@ Block = tuple
 
 
 def build_blocks(d: ReportData) -> list[Block]:
-    """The report's content, in order."""
+    """The report's content, in order: the headline and the verdicts in words first (one scroll from the
+    top), then the tables, checks and plots behind them, then how they are computed and the jobs."""
     where = ", ".join(f"`{p}`" for p in d.dirs)
     blocks: list[Block] = [
         ("h1", f"Sweep report: {where}"),
         ("p", f"{_generated()} {status_summary(d.runs)}."),
+        ("p", headline(d.stats, d.scores, d.names)),
     ]
     problems = problem_items(d.runs)
-    if problems:
-        blocks += [("h2", "Data problems"), ("p", "Some files could not be read in full:"), ("ul", problems)]
+    warnings = d.provenance.warnings()
+    if problems or warnings:
+        said = [f"{len(problems)} data problem(s)"] if problems else []
+        said += [f"{len(warnings)} provenance warning(s)"] if warnings else []
+        blocks.append(("p", f"⚠ Read with care: {' and '.join(said)}, listed below the verdicts."))
     blocks.append(("h2", "Variants"))
     if d.shared:
         blocks.append(
             ("p", f"All variants share {d.shared}; comparisons and plots leave it out of their names.")
         )
     rows = [variant_row(s, d.scores, d.names.get(s.label)) for s in d.stats]
+    blocks.append(("table", variant_headers(d.threshold, d.scores), rows))
+    sentences = verdict_sentences(d.comparisons, d.scores)
     blocks += [
-        ("table", variant_headers(d.threshold, d.scores), rows),
-        ("ul", list(METHOD_NOTES) + span_note(d.spans)),
-        ("h2", "Provenance"),
-        ("table", PROVENANCE_HEADERS, d.provenance.rows),
+        ("h2", "Verdicts"),
+        ("ul", sentences) if sentences else ("p", "No pair of variants was tested (see Pairs not tested)."),
     ]
-    warnings = d.provenance.warnings()
-    blocks.append(
-        ("ul", warnings) if warnings else ("p", "✓ every compared run records the same provenance.")
-    )
+    if problems:
+        blocks += [("h2", "Data problems"), ("p", "Some files could not be read in full:"), ("ul", problems)]
     if d.comparisons.verdicts:
         blocks += [("h2", "Pairwise comparisons"), ("ul", family_items(d))]
     for score in d.scores:
         chosen = d.comparisons.of(score)
-        if not chosen:
-            continue
-        blocks += [
-            ("h2", f"Pairwise comparisons: {score.name}"),
-            ("table", PAIR_HEADERS, [pair_row(v, score) for v in chosen]),
-            ("ul", [sentence(v, score) for v in chosen]),
-        ]
+        if chosen:
+            blocks += [
+                ("h2", f"Pairwise comparisons: {score.name}"),
+                ("table", PAIR_HEADERS, [pair_row(v, score) for v in chosen]),
+            ]
     if d.comparisons.untested:
         blocks += [("h2", "Pairs not tested"), ("ul", d.comparisons.untested)]
     blocks += [
+        ("h2", "Provenance"),
+        ("table", PROVENANCE_HEADERS, d.provenance.rows),
+        ("ul", warnings) if warnings else ("p", "✓ every compared run records the same provenance."),
         ("h2", "Checks"),
         ("ul", diagnostic_items(d.diagnostics, d.identical, d.names)),
         ("h2", "Plots"),
@@ -139,7 +145,13 @@ def build_blocks(d: ReportData) -> list[Block]:
         blocks.append(
             ("p", f"{title}: skipped, no run logged {key}.") if path is None else ("img", title, path)
         )
+    samples = sample_rows(d.stats, d.names)
+    blocks += [("h2", "Completions"), ("p", sample_note(samples))]
+    if samples:
+        blocks.append(("table", SAMPLE_HEADERS, samples))
     blocks += [
+        ("h2", "How the tables are computed"),
+        ("ul", list(METHOD_NOTES) + span_note(d.spans)),
         ("h2", "Jobs"),
         ("table", JOB_HEADERS, [job_row(r, d.names.get(s.label)) for s in d.stats for r in s.runs]),
     ]

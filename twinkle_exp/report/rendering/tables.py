@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from twinkle_exp.tracking.samples_file import SAMPLES_JSONL
+
+from ..diagnostics.diagnosis import Diagnosis
+from ..diagnostics.quotes import QUOTED_FLAG
 from ..diagnostics.sweep import RTOL, DiagnosticResult
 from ..loading.runs import Run
 from ..statistics.aggregate import Score, VariantStats
@@ -138,7 +142,7 @@ def diagnostic_items(
         label, diagnoses = next(iter(r.variants.items()))
         items.append(
             f"⚠ {r.title}: {affected}. Evidence ({names.get(label, label)}, first affected seed): "
-            f"{diagnoses[0].evidence}. → {r.advice}."
+            f"{diagnoses[0].evidence}. → {r.advice}.{_quoted(r.diagnostic, diagnoses[0])}"
         )
     if identical:
         groups = "; ".join(
@@ -154,6 +158,17 @@ def diagnostic_items(
     if passed:
         items.append("✓ passed: " + ", ".join(passed) + ".")
     return items
+
+
+def _quoted(diagnostic: str, diagnosis: Diagnosis) -> str:
+    """ " Its completions (samples.jsonl): …" for a check about completions; what to read when none is kept."""
+    if diagnostic not in QUOTED_FLAG:
+        return ""
+    if not diagnosis.quotes:
+        return (
+            f" No such completion in its {SAMPLES_JSONL} (none kept, or the file is off): see the run's log."
+        )
+    return f" Its completions ({SAMPLES_JSONL}): " + "; ".join(diagnosis.quotes) + "."
 
 
 def _seeds(seeds: list[int]) -> str:
