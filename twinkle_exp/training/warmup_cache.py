@@ -4,7 +4,8 @@ Jobs of a sweep share one warm-start. The key covers the content it was trained 
 the tokenizer's vocabulary, the model's config), not only their names, so editing a data file in place
 retrains it, and the source of the code that builds it (`WARM_START_CODE`: the warm-start loop, the models, the
 tokenizers, the tasks' prompts and gold completions), so a change there retrains it too. Files are written atomically (temp file + rename) and readable by the group; one job trains
-while the others wait on a lock; an unreadable or foreign file is rebuilt with a warning naming it.
+while the others wait on a lock; an unreadable or foreign file is rebuilt with a warning naming it, and so
+is one whose bytes no longer match the sha256 digest written beside it (`warmup-<key>.pt.sha256`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ import torch
 from torch import nn
 
 from twinkle_exp.config.schema import WarmupConfig
-from twinkle_exp.models.cache_files import locked, readable_by_group
+from twinkle_exp.models.cache_files import (
+    digest_problem,
+    locked,
+    readable_by_group,
+    replace_with_digest,
+)
 from twinkle_exp.policy.build import Policy
 from twinkle_exp.tasks import Task
 
@@ -85,6 +91,9 @@ def load(path: Path, model: nn.Module) -> bool:
     if not path.exists():
         return False
     try:
+        problem = digest_problem(path)
+        if problem is not None:
+            raise ValueError(f"its bytes changed since it was written: {problem}")
         state = torch.load(path, map_location="cpu", weights_only=True)
         expected = model.state_dict()
         if not isinstance(state, dict) or state.keys() != expected.keys():
@@ -110,4 +119,4 @@ def save(model: nn.Module, path: Path) -> None:
             os.unlink(tmp.name)
             raise
     readable_by_group(tmp.name)  # mkstemp's 0600 would hide it from the group's other jobs
-    os.replace(tmp.name, path)
+    replace_with_digest(Path(tmp.name), path)
