@@ -16,6 +16,7 @@ wrote or appended to (Hydra's `.hydra/`, the log) get their old content there fr
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import logging
 import os
@@ -153,8 +154,6 @@ def move_aside(run_dir: Path, before: Snapshot) -> Path:
                 f.truncate()
     for path in sorted(before.dirs, key=lambda p: len(p.parts), reverse=True):
         (aside / path.relative_to(run_dir)).mkdir(parents=True, exist_ok=True)
-        try:
+        with contextlib.suppress(OSError):
             path.rmdir()  # emptied, unless this start wrote there
-        except OSError:
-            pass
     return aside
