@@ -27,6 +27,7 @@ from lightning.pytorch.callbacks import Callback
 
 from twinkle_exp.errors import UserError
 from twinkle_exp.models.cache_files import DIGEST_SUFFIX, digest_problem, read_digests, replace_with_digest
+from twinkle_exp.tracking.disk_space import full_error, is_full, serialized_size
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,7 @@ class CheckpointCallback(Callback):
         self.run_info = run_info
         self.rows_written = rows_written
         self._counted_from = 0  # the step of the last checkpoint, or where training started
+        self._dumped: dict[str, Any] | None = None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._counted_from = trainer.global_step  # a resumed run does not rewrite the checkpoint it came from
@@ -124,7 +126,11 @@ class CheckpointCallback(Callback):
         if pl_module.stop_reason is not None or step >= trainer.max_steps or due:
             self.save(trainer)
 
+    def _needed(self) -> int | None:
+        return None if self._dumped is None else serialized_size(self._dumped)
+
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        self._dumped = checkpoint  # what is being written: its size, if the disk fills up
         checkpoint[RUN_KEY] = self.run_info | {
             "format": FORMAT,
             "global_step": trainer.global_step,
@@ -138,11 +144,21 @@ class CheckpointCallback(Callback):
         tmp = self.path.with_name(self.path.name + ".tmp")
         if trainer.is_global_zero:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        trainer.save_checkpoint(tmp, weights_only=False)
-        if trainer.is_global_zero:
-            with open(tmp, "rb+") as f:  # on disk before the rename makes it the checkpoint
-                os.fsync(f.fileno())
-            replace_with_digest(tmp, self.path)
+        try:
+            trainer.save_checkpoint(tmp, weights_only=False)
+            if trainer.is_global_zero:
+                with open(tmp, "rb+") as f:  # on disk before the rename makes it the checkpoint
+                    os.fsync(f.fileno())
+                replace_with_digest(tmp, self.path)
+        except OSError as exc:
+            if not is_full(exc):
+                raise
+            # The previous checkpoint is still there, intact: only the part-written one goes.
+            for leftover in self.path.parent.glob(f"{self.path.name}*.tmp"):
+                leftover.unlink(missing_ok=True)
+            raise full_error(self.path, self._needed(), exc) from None
+        finally:
+            self._dumped = None
         trainer.strategy.barrier("twinkle_checkpoint")
         self._counted_from = trainer.global_step
         return self.path

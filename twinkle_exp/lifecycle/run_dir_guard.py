@@ -113,7 +113,12 @@ def snapshot(run_dir: Path) -> Snapshot:
         return taken
     taken = Snapshot(key)
     if _sweep_root and key.is_relative_to(_sweep_root[0]):
+        root = _sweep_root[0]
         taken.existed = key in _sweep_dirs
+        # Folders Hydra made for this job (an override holding "/") go with it; the sweep's own stays.
+        taken.parents_existing = {
+            p for p in key.parents if p in _sweep_dirs or p == root or not p.is_relative_to(root)
+        }
         hydra_dir = key / ".hydra"
         for path in [p for p in taken.files if p.parent == hydra_dir]:
             if path in _sweep_hydra_files:

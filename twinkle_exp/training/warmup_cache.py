@@ -31,6 +31,7 @@ from twinkle_exp.models.cache_files import (
 )
 from twinkle_exp.policy.build import Policy
 from twinkle_exp.tasks import Task
+from twinkle_exp.tracking.disk_space import full_error, is_full, serialized_size
 
 log = logging.getLogger(__name__)
 __all__ = ["cache_key", "load", "locked", "save"]
@@ -112,11 +113,19 @@ def load(path: Path, model: nn.Module) -> bool:
 
 def save(model: nn.Module, path: Path) -> None:
     """Write then rename, so no reader ever sees a half-written file; readable like any file the user makes."""
-    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as tmp:
-        try:
-            torch.save(model.state_dict(), tmp)
-        except BaseException:  # a second Ctrl-C, a full disk: no half-written file left behind
-            os.unlink(tmp.name)
+    tmp = None
+    try:
+        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as tmp:
+            try:
+                torch.save(model.state_dict(), tmp)
+            except BaseException:  # a second Ctrl-C, a full disk: no half-written file left behind
+                os.unlink(tmp.name)
+                raise
+        readable_by_group(tmp.name)  # mkstemp's 0600 would hide it from the group's other jobs
+        replace_with_digest(Path(tmp.name), path)
+    except OSError as exc:
+        if not is_full(exc):
             raise
-    readable_by_group(tmp.name)  # mkstemp's 0600 would hide it from the group's other jobs
-    replace_with_digest(Path(tmp.name), path)
+        if tmp is not None:
+            Path(tmp.name).unlink(missing_ok=True)
+        raise full_error(path, serialized_size(model.state_dict()), exc) from None
