@@ -55,7 +55,7 @@ CASES = {
         None,
         "was written by 1 process(es) and this run has 2",
     ),
-    "truncated checkpoint": (["trainer.max_steps=8"], _truncate_checkpoint, "is not a readable checkpoint"),
+    "truncated checkpoint": (["trainer.max_steps=8"], _truncate_checkpoint, "does not match its digest"),
     "replaced warm-start cache": (
         ["trainer.max_steps=8", "logger=wandb"],  # refused after the warm-start, with wandb started
         _replace_cache,
