@@ -92,9 +92,6 @@ def load(path: Path, model: nn.Module) -> bool:
     if not path.exists():
         return False
     try:
-        problem = digest_problem(path)
-        if problem is not None:
-            raise ValueError(f"its bytes changed since it was written: {problem}")
         state = torch.load(path, map_location="cpu", weights_only=True)
         expected = model.state_dict()
         if not isinstance(state, dict) or state.keys() != expected.keys():
@@ -104,6 +101,10 @@ def load(path: Path, model: nn.Module) -> bool:
             raise ValueError(
                 f"{wrong[0]} has shape {tuple(state[wrong[0]].shape)}, not {tuple(expected[wrong[0]].shape)}"
             )
+        # A file of the right shapes can still hold changed bytes: a changed weight loads without a word.
+        problem = digest_problem(path)
+        if problem is not None:
+            raise ValueError(f"its bytes changed since it was written: {problem}")
     except Exception as exc:  # truncated, corrupt or foreign: rebuild rather than fail every later run
         log.warning("warm-start cache %s is unusable (%s): training it again", path, exc)
         return False
