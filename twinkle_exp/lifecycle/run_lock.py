@@ -25,12 +25,17 @@ _held: dict[Path, int] = {}  # run directory -> the open descriptor that holds i
 
 
 def launch_rank() -> int:
-    # As Lightning guesses it before the trainer exists: the first of these variables a launcher set.
+    """Non-zero for every process of a launch but its first: as Lightning guesses the rank before the trainer
+    exists (the first of its variables a launcher set), and any process of a node other than node 0 (nodes
+    started by hand share the directory, each with LOCAL_RANK 0: docs/scaling-out.md)."""
     for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
         value = os.environ.get(name, "")
         if value.isdigit():
-            return int(value)
-    return 0
+            if int(value) > 0:
+                return int(value)
+            break
+    node = os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", ""))
+    return int(node) if node.isdigit() else 0
 
 
 def _holder(fd: int) -> str:
