@@ -59,7 +59,8 @@ def start_in(
     if setting != MOVE_ASIDE:
         aside = f"{run_dir.name}.previous-<time>"
         raise UserError(
-            f"{run_dir} holds {_described(run_dir, previous)}, which this start would overwrite: {why}. "
+            f"resume refused: {run_dir} holds {_described(run_dir, previous)}, which this start would "
+            f"overwrite: {why}. "
             f"Start in a new directory (hydra.run.dir=..., hydra.sweep.dir=... for a sweep), or pass "
             f"previous_run={MOVE_ASIDE} to move the old run to {aside} first"
         )
