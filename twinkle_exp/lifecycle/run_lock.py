@@ -16,12 +16,14 @@ import errno
 import fcntl
 import logging
 import os
+import time
 from pathlib import Path
 
 from twinkle_exp.errors import UserError
 
 log = logging.getLogger(__name__)
-_held: dict[Path, int] = {}  # run directory -> the open descriptor that holds its lock
+_held: dict[Path, int] = {}
+REQUEUE_WAIT_S = 60  # Slurm's KillWait (30 s by default) and then some  # run directory -> the open descriptor that holds its lock
 
 
 def launch_rank() -> int:
@@ -53,6 +55,19 @@ def _holder(fd: int) -> str:
     return "another process"
 
 
+def _lock(fd: int) -> None:
+    """flock `fd`; a requeued Slurm job waits up to REQUEUE_WAIT_S for its previous process to finish exiting."""
+    deadline = time.monotonic() + (REQUEUE_WAIT_S if os.environ.get("SLURM_RESTART_COUNT", "0") != "0" else 0)
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
+
+
 def hold(run_dir: Path) -> None:
     """Lock `run_dir` (created if missing) for this process, or refuse: another process runs there.
 
@@ -64,7 +79,7 @@ def hold(run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _lock(fd)
     except OSError as exc:
         holder = _holder(fd) if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN) else None
         os.close(fd)
