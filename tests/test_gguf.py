@@ -65,7 +65,7 @@ def test_a_changed_file_is_converted_again(written, tmp_path):
     assert gguf_source.resolve_source(str(path)) != first  # keyed by content, not by name
 
 
-@pytest.mark.parametrize("damage", ["truncate", "delete_marker", "garbage_config"])
+@pytest.mark.parametrize("damage", ["truncate", "delete_marker", "garbage_config", "flip_64_bytes"])
 def test_a_corrupt_cached_directory_is_rebuilt_with_a_warning(written, caplog, damage):
     model, path = written
     directory = gguf_source.resolve_source(str(path))
@@ -75,6 +75,12 @@ def test_a_corrupt_cached_directory_is_rebuilt_with_a_warning(written, caplog, d
     if damage == "truncate":
         weights = cached / "model.safetensors"
         weights.write_bytes(weights.read_bytes()[:100])
+    elif damage == "flip_64_bytes":  # same size, still a readable safetensors file: only its digest tells
+        weights = cached / "model.safetensors"
+        data = bytearray(weights.read_bytes())
+        mid = len(data) // 2
+        data[mid : mid + 64] = bytes(b ^ 0xFF for b in data[mid : mid + 64])
+        weights.write_bytes(bytes(data))
     elif damage == "delete_marker":
         (cached / gguf_source.MARKER).unlink()
     else:

@@ -17,6 +17,8 @@ import torch
 from cli_run_helpers import check_ok, run_twinkle
 from test_lifecycle_faults import _tree
 
+from twinkle_exp.models.cache_files import digest_file, sha256_of
+
 FAST = ["debug=fast", "logger=csv", "trainer.save_checkpoint=true", "trainer.max_steps=4"]
 
 
@@ -40,6 +42,8 @@ def _replace_cache(run: Path, cache: Path) -> None:
     # Same keys and shapes, so it is loaded, but another reference (every tensor: tied ones share storage).
     state = {k: v + 1e-3 if v.is_floating_point() else v for k, v in state.items()}
     torch.save(state, path)
+    # With its own digest, as a cache retrained elsewhere would have: not a damaged file, another reference.
+    digest_file(path).write_text(f"{sha256_of(path)}  {path.name}\n")
 
 
 CASES = {
@@ -55,7 +59,7 @@ CASES = {
         None,
         "was written by 1 process(es) and this run has 2",
     ),
-    "truncated checkpoint": (["trainer.max_steps=8"], _truncate_checkpoint, "is not a readable checkpoint"),
+    "truncated checkpoint": (["trainer.max_steps=8"], _truncate_checkpoint, "does not match its digest"),
     "replaced warm-start cache": (
         ["trainer.max_steps=8", "logger=wandb"],  # refused after the warm-start, with wandb started
         _replace_cache,

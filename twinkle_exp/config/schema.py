@@ -36,6 +36,7 @@ LOSS_EXPERIMENT_DEFAULTS = {"beta": 0.01}
 OLD_LOGPS_MODES = ("auto", "recompute", "sampler")
 SAMPLER_DTYPES = ("bfloat16", "float16")
 WANDB_MODES = ("online", "offline", "disabled", "shared")
+PREVIOUS_RUN_MODES = ("refuse", "move_aside")  # lifecycle/previous_run.py
 MAX_SEED = 2**32 - 1  # numpy's (and so Lightning's seed_everything's) range is 0..2**32 - 1
 
 
@@ -260,6 +261,9 @@ class Config(Related):
     # auto: continue from the latest checkpoint in the run directory (none there: start; a finished run:
     # nothing to do); a path: from that checkpoint file or run directory; null: never resume.
     resume: str | None = "auto"
+    # A directory holding an ended run (finished, failed, interrupted) that this start would not continue
+    # from its checkpoint: refuse (one line), or move_aside (to `<dir>.previous-<time>`, then start there).
+    previous_run: str = param("refuse", one_of(PREVIOUS_RUN_MODES))
 
     @staticmethod
     def relations(c: Mapping[str, Any]) -> list[str]:

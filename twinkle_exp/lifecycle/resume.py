@@ -91,6 +91,14 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> dict[s
     }
 
 
+def identity_differences(start: Start, config: dict[str, Any]) -> str:
+    """The loss, task, policy and seed settings where `config` differs from the checkpoint's, as
+    "key: old there, new here; ..." (empty when it is the same experiment)."""
+    differences = config_differences(start.run_info["config"], config)
+    refused = {k: v for k, v in differences.items() if k.split(".", 1)[0] in IDENTITY_KEYS}
+    return "; ".join(f"{k}: {old!r} there, {new!r} here" for k, (old, new) in list(refused.items())[:4])
+
+
 def check_resume_config(start: Start, config: dict[str, Any]) -> None:
     """Refuse a resume whose loss, task, policy or seed differ from the checkpoint's; log other changes.
 
@@ -99,15 +107,14 @@ def check_resume_config(start: Start, config: dict[str, Any]) -> None:
     if start.checkpoint is None:
         return
     differences = config_differences(start.run_info["config"], config)
-    refused = {k: v for k, v in differences.items() if k.split(".", 1)[0] in IDENTITY_KEYS}
-    if refused:
-        listed = "; ".join(f"{k}: {old!r} there, {new!r} here" for k, (old, new) in list(refused.items())[:4])
+    listed = identity_differences(start, config)
+    if listed:
         raise UserError(
             f"resume refused: {start.checkpoint} belongs to another experiment ({listed}). The loss, task, "
             "policy and seed must match the checkpoint's; to change them start a new run directory"
         )
-    if "resume" in differences:
-        differences.pop("resume")
+    for key in ("resume", "previous_run"):  # how to start, not what is run
+        differences.pop(key, None)
     if differences:
         listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in differences.items())
         log.warning("resume: settings changed since the checkpoint: %s", listed)

@@ -8,16 +8,24 @@ start refused with a `UserError` puts back every file it changed and removes eve
 
 Files larger than `MAX_BYTES` (checkpoints) are listed but not read: nothing before training writes them.
 Only the standard library and Hydra are imported, so `cli` can use this before the slow imports.
+
+The same callback takes the directory's lock (`run_lock`) before Hydra writes there: a second process on a
+directory in use is refused before it touches a file of it. Under `-m`, `on_multirun_start` notes which job
+directories and Hydra files the sweep directory held, so that a refused job's new directory is removed and an
+existing one gets its earlier `.hydra/` files back.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
+
+from twinkle_exp.lifecycle import run_lock
 
 MAX_BYTES = 64 * 2**20
 
@@ -28,6 +36,7 @@ class Snapshot:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir).absolute()
         self.existed = self.run_dir.is_dir()
+        self.parents_existing = {p for p in self.run_dir.parents if p.is_dir()}
         self.dirs: set[Path] = set()
         self.links: dict[Path, str] = {}
         self.files: dict[Path, tuple[bytes | None, int]] = {}  # path -> (content or None if large, mtime_ns)
@@ -54,10 +63,17 @@ class Snapshot:
 
         Global rank 0 alone restores: every rank of a run shares its directory, and the others' snapshots
         may have been taken after rank 0's Hydra wrote there."""
-        if _launch_rank() > 0:
+        if run_lock.launch_rank() > 0:
             return
         if not self.existed:
             shutil.rmtree(self.run_dir, ignore_errors=True)
+            for parent in self.run_dir.parents:  # the folders made for it (outputs/<date>/), if empty now
+                if parent in self.parents_existing:
+                    break
+                try:
+                    parent.rmdir()
+                except OSError:
+                    break
             return
         for path in sorted(self._walk(), key=lambda p: len(p.parts), reverse=True):  # deepest first
             if path.is_symlink():
@@ -82,28 +98,46 @@ class Snapshot:
 
 
 _taken: dict[Path, Snapshot] = {}
-
-
-def _launch_rank() -> int:
-    # As Lightning guesses it before the trainer exists: the first of these variables a launcher set.
-    for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return 0
+# Under -m: the sweep directory's folders, and every job's `.hydra/` files, before the sweep started.
+_sweep_root: list[Path] = []  # the sweep directory, under -m
+_sweep_dirs: set[Path] = set()
+_sweep_hydra_files: dict[Path, tuple[bytes, int]] = {}
 
 
 def snapshot(run_dir: Path) -> Snapshot:
-    """The snapshot `TakeSnapshot` took of `run_dir` before Hydra wrote there, else one taken now."""
+    """The snapshot `TakeSnapshot` took of `run_dir` before Hydra wrote there, else one taken now (a sweep's
+    job: corrected with what `on_multirun_start` saw before Hydra wrote the job's files)."""
     key = Path(run_dir).absolute()
-    return _taken.pop(key, None) or Snapshot(key)
+    taken = _taken.pop(key, None)
+    if taken is not None:
+        return taken
+    taken = Snapshot(key)
+    if _sweep_root and key.is_relative_to(_sweep_root[0]):
+        root = _sweep_root[0]
+        taken.existed = key in _sweep_dirs
+        # Folders Hydra made for this job (an override holding "/") go with it; the sweep's own stays.
+        taken.parents_existing = {
+            p for p in key.parents if p in _sweep_dirs or p == root or not p.is_relative_to(root)
+        }
+        hydra_dir = key / ".hydra"
+        for path in [p for p in taken.files if p.parent == hydra_dir]:
+            if path in _sweep_hydra_files:
+                taken.files[path] = _sweep_hydra_files[path]
+            else:  # written by Hydra for this job: not the directory's before
+                del taken.files[path]
+        if hydra_dir not in {p.parent for p in taken.files}:
+            taken.dirs.discard(hydra_dir)
+    return taken
 
 
 def restore_taken(run_dir: Path) -> None:
-    """Undo Hydra's writes for a start refused before `train` (a config problem), when a snapshot exists."""
-    taken = _taken.pop(Path(run_dir).absolute(), None)
-    if taken is not None:
-        taken.restore()
+    """Undo Hydra's writes for a start refused before `train` (a config problem)."""
+    snapshot(run_dir).restore()
+
+
+def _refuse_in_use(exc: Exception) -> None:
+    print(f"twinkle_exp: {exc}", file=sys.stderr, flush=True)
+    sys.exit(2)
 
 
 class TakeSnapshot(Callback):
@@ -111,4 +145,26 @@ class TakeSnapshot(Callback):
 
     def on_run_start(self, config: Any, **kwargs: Any) -> None:
         run_dir = Path(str(config.hydra.run.dir)).absolute()  # `now` is cached: the job's directory
-        _taken[run_dir] = Snapshot(run_dir)
+        taken = Snapshot(run_dir)
+        try:
+            run_lock.hold(run_dir)
+        except ValueError as exc:  # in use: refused before Hydra writes there, so nothing to put back
+            _refuse_in_use(exc)
+        _taken[run_dir] = taken
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
+        _sweep_root[:] = [sweep_dir]
+        _sweep_dirs.clear()
+        _sweep_hydra_files.clear()
+        for root, dirs, files in os.walk(sweep_dir):
+            here = Path(root)
+            if here.name == ".hydra":
+                for name in files:
+                    path = here / name
+                    _sweep_hydra_files[path] = (path.read_bytes(), path.stat().st_mtime_ns)
+                dirs[:] = []
+                continue
+            _sweep_dirs.add(here)
+            if ".hydra" in dirs:  # a job: its own subfolders (wandb, checkpoints) hold no further jobs
+                dirs[:] = [".hydra"]

@@ -23,7 +23,7 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 
 from twinkle_exp.errors import UserError
-from twinkle_exp.lifecycle import resume, run_dir_guard, signals
+from twinkle_exp.lifecycle import previous_run, resume, run_dir_guard, run_lock, signals
 from twinkle_exp.lifecycle.checkpoints import last_checkpoint
 from twinkle_exp.lifecycle.run_end import RunEnd
 from twinkle_exp.lifecycle.stopping import end_stopped_run
@@ -45,10 +45,14 @@ class RunSession:
         self.is_slurm = SLURMEnvironment.detect()
         self.status: RunStatus | None = None
         self.fitting = False  # once training started, a UserError is a failure, not a refusal
+        run_lock.hold(job.output_dir)  # one process per directory (a single run's: held since Hydra started)
         # A start refused with a UserError before training puts back every file of the run directory.
         self._before = run_dir_guard.snapshot(job.output_dir)
         with self._restored_if_refused():
-            self.start = resume.find_start(resume_setting, job.output_dir)
+            # An ended run there is continued, else refused or moved aside: never overwritten.
+            self.start, self._before = previous_run.start_in(
+                job.output_dir, resume_setting, config.get("previous_run", "refuse"), config, self._before
+            )
             # Before "nothing to do": another loss is another run.
             resume.check_resume_config(self.start, config)
 

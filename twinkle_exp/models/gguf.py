@@ -4,8 +4,8 @@ transformers reads a GGUF file by de-quantizing every tensor to float32, which t
 SmolLM2-135M, so the result is written once as an ordinary transformers directory (safetensors, config,
 tokenizer with its chat template) under the cache root, keyed by the GGUF file's content; later runs load
 that directory in seconds. One job converts while the others wait on a lock; the directory is written
-under a temporary name and renamed; a cached directory that is incomplete or unreadable is converted
-again with a warning naming it.
+under a temporary name and renamed; a cached directory that is incomplete or unreadable, or whose files'
+bytes no longer match the sha256 digests its marker lists, is converted again with a warning naming it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from twinkle_exp.errors import UserError
-from twinkle_exp.models.cache_files import locked, readable_by_group
+from twinkle_exp.models.cache_files import locked, readable_by_group, sha256_of
 
 log = logging.getLogger(__name__)
 CONVERT_FORMAT = 1  # bump when the conversion changes, so old directories are not reused
@@ -126,6 +126,13 @@ def usable(target: Path) -> bool:
             actual = (target / name).stat().st_size
             if actual != size:
                 raise ValueError(f"{name} has {actual} bytes, not {size}")
+        # A marker written before digests lists none: its files are checked by size and readability only.
+        for name, expected in marker.get("sha256", {}).items():
+            actual = sha256_of(target / name)
+            if actual != expected:
+                raise ValueError(
+                    f"{name}'s bytes changed since it was written: sha256 {actual[:16]}..., not {expected[:16]}..."
+                )
         _check_readable(target, marker["files"])
     except Exception as exc:  # truncated, half-deleted or foreign: convert again rather than fail every run
         log.warning("GGUF cache %s is unusable (%s): converting the GGUF file again", target, exc)
@@ -166,7 +173,8 @@ def convert(path: Path, target: Path) -> None:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}
-        marker = {"format": CONVERT_FORMAT, "source": str(path), "files": files}
+        digests = {name: sha256_of(tmp / name) for name in files}
+        marker = {"format": CONVERT_FORMAT, "source": str(path), "files": files, "sha256": digests}
         (tmp / MARKER).write_text(json.dumps(marker, indent=1))
         readable_by_group(tmp)
         shutil.rmtree(target, ignore_errors=True)

@@ -9,25 +9,43 @@ and appends.
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
+from twinkle_exp.tracking.disk_space import full_error, is_full
+
 log = logging.getLogger(__name__)
+
+
+def _csv_text(fieldnames: list[str], rows: list[dict[str, Any]], header: bool = True) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=fieldnames)
+    if header:
+        writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
 
 
 def _write_atomically(path: Path, fieldnames: list[str], rows: list[dict[str, str]]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fieldnames)
-        writer.writeheader()
-        writer.writerows(rows)
-        f.flush()
-        os.fsync(f.fileno())
+    text = _csv_text(fieldnames, rows)
+    try:
+        with open(tmp, "w", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)  # the file it would have replaced is as it was
+        if is_full(exc):
+            raise full_error(path, len(text.encode()), exc) from None
+        raise
     os.replace(tmp, path)
 
 
@@ -79,7 +97,15 @@ class _AppendingWriter(ExperimentWriter):
 
     def save(self) -> None:
         pending = len(self.metrics)
-        super().save()
+        try:
+            super().save()
+        except OSError as exc:
+            if not is_full(exc):
+                raise
+            # Rows are appended: a torn last line is what a reader skips (report.loading.metrics_csv).
+            keys = sorted({k for row in self.metrics for k in row} | set(self.metrics_keys))
+            needed = len(_csv_text(keys, self.metrics, header=False).encode())
+            raise full_error(Path(self.metrics_file_path), needed, exc) from None
         self.rows += pending
 
     def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:

@@ -14,11 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twinkle_exp.tracking.disk_space import full_error, is_full
+
 RUN_JSON = "run.json"  # the run's status, attempts and final figures (`RunStatus`)
 METRICS_CSV = "metrics.csv"  # one row per logged step, beside run.json (tracking.metrics_file)
 PROVENANCE = "provenance"  # run.json's record of what produced the run (tracking.provenance)
 # The provenance fields two compared runs must share: the report refuses a mix unless told otherwise.
 PROVENANCE_KEYS = ("commit", "dirty", "threads", "cpu", "accelerator", "blas", "warm_start_key")
+RESERVE_BYTES = 4096  # blanks after run.json's object: room for its final rewrite on a full disk
 
 
 @dataclass
@@ -141,12 +144,22 @@ class RunStatus:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(json.dumps(self.data, indent=2))
-            f.flush()
-            os.fsync(
-                f.fileno()
-            )  # on disk before the rename: a machine that powers off leaves one or the other
+        text = json.dumps(self.data, indent=2)
+        try:
+            with open(tmp, "w") as f:
+                # Trailing blanks (JSON allows them) keep room for a last rewrite in place on a full disk.
+                f.write(text + "\n" + " " * RESERVE_BYTES + "\n")
+                f.flush()
+                os.fsync(
+                    f.fileno()
+                )  # on disk before the rename: a machine that powers off leaves one or the other
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            if not is_full(exc):
+                raise
+            if not _write_in_place(self.path, self.data):
+                raise full_error(self.path, len(text) + RESERVE_BYTES, exc) from None
+            return
         os.replace(tmp, self.path)
 
     def record(self, **fields: Any) -> None:
@@ -161,6 +174,30 @@ class RunStatus:
             status=status, error=error, wall_time_s=round(self.earlier_wall_time + wall, 2), **extra
         )
         self._write()
+
+
+def _write_in_place(path: Path, data: dict[str, Any]) -> bool:
+    """Overwrite run.json within its current size (its reserved blanks: no new blocks), on a full disk.
+
+    Not atomic, which is why it is the last resort: without it run.json would say "running" for ever."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    for text in (json.dumps(data, indent=2), json.dumps(data, separators=(",", ":"))):
+        encoded = text.encode()
+        if len(encoded) < size:
+            break
+    else:
+        return False
+    try:
+        with open(path, "r+b") as f:
+            f.write(encoded + b" " * (size - len(encoded) - 1) + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        return False
+    return True
 
 
 def read_run_json(path: Path) -> dict[str, Any]:

@@ -4,7 +4,8 @@ Jobs of a sweep share one warm-start. The key covers the content it was trained 
 the tokenizer's vocabulary, the model's config), not only their names, so editing a data file in place
 retrains it, and the source of the code that builds it (`WARM_START_CODE`: the warm-start loop, the models, the
 tokenizers, the tasks' prompts and gold completions), so a change there retrains it too. Files are written atomically (temp file + rename) and readable by the group; one job trains
-while the others wait on a lock; an unreadable or foreign file is rebuilt with a warning naming it.
+while the others wait on a lock; an unreadable or foreign file is rebuilt with a warning naming it, and so
+is one whose bytes no longer match the sha256 digest written beside it (`warmup-<key>.pt.sha256`).
 """
 
 from __future__ import annotations
@@ -22,9 +23,15 @@ import torch
 from torch import nn
 
 from twinkle_exp.config.schema import WarmupConfig
-from twinkle_exp.models.cache_files import locked, readable_by_group
+from twinkle_exp.models.cache_files import (
+    digest_problem,
+    locked,
+    readable_by_group,
+    replace_with_digest,
+)
 from twinkle_exp.policy.build import Policy
 from twinkle_exp.tasks import Task
+from twinkle_exp.tracking.disk_space import full_error, is_full, serialized_size
 
 log = logging.getLogger(__name__)
 __all__ = ["cache_key", "load", "locked", "save"]
@@ -94,6 +101,10 @@ def load(path: Path, model: nn.Module) -> bool:
             raise ValueError(
                 f"{wrong[0]} has shape {tuple(state[wrong[0]].shape)}, not {tuple(expected[wrong[0]].shape)}"
             )
+        # A file of the right shapes can still hold changed bytes: a changed weight loads without a word.
+        problem = digest_problem(path)
+        if problem is not None:
+            raise ValueError(f"its bytes changed since it was written: {problem}")
     except Exception as exc:  # truncated, corrupt or foreign: rebuild rather than fail every later run
         log.warning("warm-start cache %s is unusable (%s): training it again", path, exc)
         return False
@@ -108,13 +119,21 @@ def save(model: nn.Module, path: Path) -> None:
     that was killed mid-write (SIGKILL, out of memory, power off): it is removed."""
     for stale in path.parent.glob(f"{path.name}.*.tmp"):
         stale.unlink(missing_ok=True)
-    with tempfile.NamedTemporaryFile(
-        dir=path.parent, prefix=f"{path.name}.", suffix=".tmp", delete=False
-    ) as tmp:
-        try:
-            torch.save(model.state_dict(), tmp)
-        except BaseException:  # a second Ctrl-C, a full disk: no half-written file left behind
-            os.unlink(tmp.name)
+    tmp = None
+    try:
+        with tempfile.NamedTemporaryFile(
+            dir=path.parent, prefix=f"{path.name}.", suffix=".tmp", delete=False
+        ) as tmp:
+            try:
+                torch.save(model.state_dict(), tmp)
+            except BaseException:  # a second Ctrl-C, a full disk: no half-written file left behind
+                os.unlink(tmp.name)
+                raise
+        readable_by_group(tmp.name)  # mkstemp's 0600 would hide it from the group's other jobs
+        replace_with_digest(Path(tmp.name), path)
+    except OSError as exc:
+        if not is_full(exc):
             raise
-    readable_by_group(tmp.name)  # mkstemp's 0600 would hide it from the group's other jobs
-    os.replace(tmp.name, path)
+        if tmp is not None:
+            Path(tmp.name).unlink(missing_ok=True)
+        raise full_error(path, serialized_size(model.state_dict()), exc) from None
