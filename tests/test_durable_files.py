@@ -112,3 +112,13 @@ def test_an_ended_run_without_a_checkpoint_restarts_only_when_it_never_trained(
     previous = {"status": status, "step": step, "loss": "grpo", "seed": 0}
     why = previous_run._why_not_continued(tmp_path, previous, resume.Start(), {})
     assert (why is None) == continues
+
+
+def test_the_report_does_not_take_a_run_moved_aside_for_a_job_of_its_sweep(tmp_path):
+    from twinkle_exp.report.loading.runs import find_job_dirs
+    from twinkle_exp.tracking.run_json import MOVED_ASIDE, RUN_JSON
+
+    for name in ("0_seed=0", f"0_seed=0{MOVED_ASIDE}20261202-070000", "1_seed=1"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / RUN_JSON).write_text("{}")
+    assert [p.name for p in find_job_dirs(tmp_path)] == ["0_seed=0", "1_seed=1"]

@@ -28,7 +28,7 @@ from twinkle_exp.errors import UserError
 from twinkle_exp.lifecycle import resume, run_lock
 from twinkle_exp.lifecycle.checkpoints import last_checkpoint
 from twinkle_exp.lifecycle.run_dir_guard import Snapshot
-from twinkle_exp.tracking.run_json import METRICS_CSV, RUN_JSON, read_run_json
+from twinkle_exp.tracking.run_json import METRICS_CSV, MOVED_ASIDE, RUN_JSON, read_run_json
 
 log = logging.getLogger(__name__)
 REFUSE, MOVE_ASIDE = "refuse", "move_aside"  # `previous_run=` (config/schema.py)
@@ -122,11 +122,11 @@ def _described(run_dir: Path, previous: dict[str, Any]) -> str:
 def move_aside(run_dir: Path, before: Snapshot) -> Path:
     """Move the run `before` saw in `run_dir` to a new sibling `<dir>.previous-<time>`; returns the sibling."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    aside = run_dir.with_name(f"{run_dir.name}.previous-{stamp}")
+    aside = run_dir.with_name(f"{run_dir.name}{MOVED_ASIDE}{stamp}")
     n = 1
     while aside.exists():
         n += 1
-        aside = run_dir.with_name(f"{run_dir.name}.previous-{stamp}-{n}")
+        aside = run_dir.with_name(f"{run_dir.name}{MOVED_ASIDE}{stamp}-{n}")
     aside.mkdir()
     for path, target in before.links.items():
         dest = aside / path.relative_to(run_dir)

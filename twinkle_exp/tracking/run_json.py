@@ -21,6 +21,8 @@ METRICS_CSV = "metrics.csv"  # one row per logged step, beside run.json (trackin
 PROVENANCE = "provenance"  # run.json's record of what produced the run (tracking.provenance)
 # The provenance fields two compared runs must share: the report refuses a mix unless told otherwise.
 PROVENANCE_KEYS = ("commit", "dirty", "threads", "cpu", "accelerator", "blas", "warm_start_key")
+# A run moved aside by `previous_run=move_aside` lives in `<dir>` + this + `<time>`: not a job of its sweep.
+MOVED_ASIDE = ".previous-"
 RESERVE_BYTES = 4096  # blanks after run.json's object: room for its final rewrite on a full disk
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.tracking.run_json import METRICS_CSV, RUN_JSON
+from twinkle_exp.tracking.run_json import METRICS_CSV, MOVED_ASIDE, RUN_JSON
 from twinkle_exp.tracking.samples_file import SAMPLES_JSONL, read_samples
 
 from .metrics_csv import Series, read_metrics
@@ -89,7 +89,8 @@ def find_job_dirs(sweep_dir: Path, skip: Path | None = None) -> list[Path]:
             # A job's own subfolders (wandb, checkpoints, .hydra) hold no further jobs; walking them is slow.
             dirs[:] = []
             continue
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        # Hidden folders, and runs moved aside by `previous_run=move_aside` (an older attempt, not a job).
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and MOVED_ASIDE not in d)
     return sorted(jobs)
 
 
