@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -21,6 +23,36 @@ def run_twinkle(args: list[str], cwd: Path, env: dict, timeout: float = 600) -> 
         text=True,
         timeout=timeout,
     )
+
+
+def start_twinkle(args: list[str], cwd: Path, env: dict) -> subprocess.Popen:
+    """`python -m twinkle_exp *args` as the leader of a process group of its own, as a shell starts it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "twinkle_exp", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(mnt: Path, size: str) -> Iterator[Path]:
+    """A size-limited tmpfs at `mnt` (root only: the test skips, saying why, where `mount` is refused)."""
+    import pytest
+
+    mnt.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a size-limited tmpfs here: {proc.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def check_ok(proc: subprocess.CompletedProcess) -> None:

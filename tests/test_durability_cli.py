@@ -11,12 +11,11 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from cli_run_helpers import check_ok, metric_rows, run_twinkle
+from cli_run_helpers import check_ok, metric_rows, mounted_tmpfs, run_twinkle, start_twinkle
 from test_lifecycle_cli import _wait_for_line
 from test_lifecycle_faults import _tree
 
@@ -180,15 +179,7 @@ def test_a_refused_single_run_leaves_no_directory(tmp_path, cli_env):
 @pytest.mark.slow
 def test_a_second_process_is_refused_and_a_killed_ones_lock_is_not_stuck(tmp_path, cli_env):
     run = tmp_path / "run"
-    first = subprocess.Popen(
-        [sys.executable, "-m", "twinkle_exp", *FAST, "warmup.steps=100000", f"hydra.run.dir={run}"],
-        cwd=tmp_path,
-        env=cli_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    first = start_twinkle([*FAST, "warmup.steps=100000", f"hydra.run.dir={run}"], tmp_path, cli_env)
     try:
         _wait_for_line(run / "cli.log", "100000 supervised steps (cache miss", first)
         before = _tree(run)
@@ -212,13 +203,8 @@ def test_a_second_process_is_refused_and_a_killed_ones_lock_is_not_stuck(tmp_pat
 @pytest.fixture
 def small_disk(tmp_path):
     """An 8 MiB tmpfs (a debug run's checkpoint is about 5 MB: one fits, a second beside it does not)."""
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a size-limited tmpfs here: {proc.stderr.decode().strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with mounted_tmpfs(tmp_path / "disk", "8m") as mnt:
+        yield mnt
 
 
 @pytest.mark.slow

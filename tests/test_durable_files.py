@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_run_helpers import mounted_tmpfs
 
 from twinkle_exp.errors import UserError
 from twinkle_exp.lifecycle import previous_run, resume, run_lock
@@ -59,13 +60,8 @@ def test_a_file_written_before_digests_is_accepted_and_gets_one_when_replaced(tm
 # --- run.json on a full disk --------------------------------------------------------------------------------
 @pytest.fixture
 def full_disk(tmp_path):
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a size-limited tmpfs here: {proc.stderr.decode().strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with mounted_tmpfs(tmp_path / "disk", "1m") as mnt:
+        yield mnt
 
 
 def test_run_json_says_failed_even_when_no_block_is_left(full_disk):

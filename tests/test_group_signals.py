@@ -14,23 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_run_helpers import check_ok, metric_rows, run_twinkle, wait_for_step
+from cli_run_helpers import check_ok, metric_rows, run_twinkle, start_twinkle, wait_for_step
 
 MATH = ["debug=fast", "task=addition", "reward=math", "logger=csv", "trainer.save_checkpoint=true"]
 STEPS = ["trainer.max_steps=40"]
-
-
-def _start(args: list[str], cwd: Path, env: dict) -> subprocess.Popen:
-    """`python -m twinkle_exp *args` as the leader of a process group of its own, as a shell starts it."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "twinkle_exp", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
 
 
 def _children(pid: int) -> list[int]:
@@ -95,16 +82,16 @@ def test_a_signal_to_the_process_group_mid_run_finishes_the_step_with_the_verifi
 ):
     run = tmp_path / "run"
     args = [*MATH, *STEPS, f"hydra.run.dir={run}"]
-    err = _signal_group_mid_run(_start(args, tmp_path, cli_env), run, signal.SIGTERM)
+    err = _signal_group_mid_run(start_twinkle(args, tmp_path, cli_env), run, signal.SIGTERM)
     _check_interrupted_then_resumed(run, err, signal.SIGTERM, args, tmp_path, cli_env, uninterrupted)
 
 
 @pytest.mark.slow
-def test_ctrl_c_while_the_verifier_starts_lets_its_workers_start(tmp_path, cli_env, uninterrupted):
+def test_ctrl_c_while_the_verifier_starts_lets_its_workersstart_twinkle(tmp_path, cli_env, uninterrupted):
     """The workers start with the first answer checked: a Ctrl-C then reaches them while they import."""
     run = tmp_path / "run"
     args = [*MATH, *STEPS, f"hydra.run.dir={run}"]
-    proc = _start(args, tmp_path, cli_env)
+    proc = start_twinkle(args, tmp_path, cli_env)
     deadline = time.time() + 300
     while not _verifier_workers(proc.pid):
         assert proc.poll() is None and time.time() < deadline, "the verifier's workers did not start"
@@ -117,10 +104,10 @@ def test_ctrl_c_while_the_verifier_starts_lets_its_workers_start(tmp_path, cli_e
 
 
 @pytest.mark.slow
-def test_a_signal_to_the_process_group_stops_the_warm_start(tmp_path, cli_env):
+def test_a_signal_to_the_process_group_stops_the_warmstart_twinkle(tmp_path, cli_env):
     run, cache = tmp_path / "run", tmp_path / "cache"
     env = {**cli_env, "TWINKLE_CACHE": str(cache)}
-    proc = _start([*MATH, *STEPS, "warmup.steps=100000", f"hydra.run.dir={run}"], tmp_path, env)
+    proc = start_twinkle([*MATH, *STEPS, "warmup.steps=100000", f"hydra.run.dir={run}"], tmp_path, env)
     deadline = time.time() + 300
     while not (
         (run / "cli.log").exists() and "supervised steps (cache miss" in (run / "cli.log").read_text()
@@ -142,7 +129,7 @@ def test_a_signal_to_a_sweeps_process_group_stops_its_job_which_the_rerun_resume
 ):
     sweep = tmp_path / "sweep"
     command = ["-m", *MATH, *STEPS, "seed=0", f"hydra.sweep.dir={sweep}"]
-    proc = _start(command, tmp_path, cli_env)
+    proc = start_twinkle(command, tmp_path, cli_env)
     deadline = time.time() + 300
     while not (jobs := list(sweep.glob("0_*"))):
         assert proc.poll() is None and time.time() < deadline, "the sweep's job did not start"

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from twinkle_exp.tracking import provenance
+from twinkle_exp.tracking.run_json import PROVENANCE, PROVENANCE_KEYS
 from twinkle_exp.training import warmup_cache
 
 
@@ -17,7 +18,7 @@ def test_a_run_records_its_commit_versions_threads_machine_and_what_its_seed_fix
     proc = run_cli("debug=fast", "seed=3", "trainer.max_steps=1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_json,) = tmp_path.glob("outputs/*/*/run.json")
-    recorded = json.loads(run_json.read_text())["provenance"]
+    recorded = json.loads(run_json.read_text())[PROVENANCE]
     commit, dirty = provenance.git_state()
     assert (recorded["commit"], recorded["dirty"]) == (commit, dirty)
     assert recorded["versions"]["torch"] == torch.__version__
@@ -29,7 +30,7 @@ def test_a_run_records_its_commit_versions_threads_machine_and_what_its_seed_fix
     assert len(recorded["reference_digest"]) == 64
     assert len(recorded["warm_start_key"]) == 16
     assert recorded["seed_fixes"] == {"prompt_stream": 3, "sampler_stream": 3, "warm_start": "warmup.seed=0"}
-    assert set(provenance.PROVENANCE_KEYS) <= set(recorded)
+    assert set(PROVENANCE_KEYS) <= set(recorded)
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from twinkle_exp.lifecycle import previous_run, resume, run_dir_guard, run_lock,
 from twinkle_exp.lifecycle.checkpoints import last_checkpoint
 from twinkle_exp.lifecycle.run_end import RunEnd
 from twinkle_exp.lifecycle.stopping import end_stopped_run
-from twinkle_exp.tracking.run_json import JobInfo, RunStatus, read_run_json
+from twinkle_exp.tracking.run_json import PROVENANCE, JobInfo, RunStatus, read_run_json
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class RunSession:
     def record_provenance(self, provenance: dict[str, Any]) -> None:
         """run.json records what produced the run (`tracking.provenance`), before training starts."""
         assert self.status is not None, "begin() first"
-        self.status.record(provenance=provenance)
+        self.status.record(**{PROVENANCE: provenance})
 
     def finish(self, final: dict[str, Any]) -> None:
         assert self.status is not None, "begin() first"

@@ -15,20 +15,19 @@ sweep compares. So a run records:
   randomness (paired by seed): the prompt stream and the sampler stream are seeded by `seed`; the warm-start
   by `warmup.seed`, shared by every seed and loss of a sweep.
 
-`PROVENANCE_KEYS` are the fields that must agree for two runs to be compared (defined in `run_json`, the
-contract the report reads; checked by `report.loading.provenance`).
+`run_json.PROVENANCE_KEYS` are the fields that must agree for two runs to be compared (in the run directory's
+contract, which the report reads; checked by `report.loading.provenance`).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import platform
 import subprocess
 from pathlib import Path
 from typing import Any
-
-from .run_json import PROVENANCE_KEYS  # noqa: F401  (re-exported: defined in the contract the report reads)
 
 _PACKAGES = ("torch", "lightning", "transformers", "peft", "twinkle_exp")
 
@@ -43,6 +42,7 @@ def _git(*args: str) -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
+@functools.cache  # the checkout does not change under a running process; the loggers and run.json both ask
 def git_state() -> tuple[str | None, bool | None]:
     """(commit, dirty) of the checkout this code runs from; (None, None) outside a git checkout."""
     commit = _git("rev-parse", "HEAD")

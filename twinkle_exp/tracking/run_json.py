@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,17 +70,6 @@ class JobInfo:
 def override_key(override: str) -> str:
     """The config key an override sets: "+loss.tau=0.5" -> "loss.tau" (+, ++ and ~ set the same key)."""
     return override.split("=", 1)[0].lstrip("+~").strip()
-
-
-def git_commit() -> str | None:
-    """The commit of the twinkle_exp checkout this code runs from, or None outside a git checkout."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None
 
 
 def run_wandb_id(previous: dict[str, Any], resumed_from: str | None) -> str:
