@@ -121,12 +121,16 @@ def test_the_loss_multiplies_its_policy_term_by_the_weights(name):
     mask = completion_mask(inputs["labels"])
     gen = torch.Generator().manual_seed(9)
     weights = torch.rand(mask.shape, generator=gen, dtype=torch.float64) * 2 * mask
-    loss_fn = LOSSES[name](beta=0.1)
+    # VESPO's default folds the weights into its phi (tests/test_peer_forms.py); its per-token form here.
+    own = {"fold_rollout_weights": False} if name == "vespo" else {}
+    loss_fn = LOSSES[name](beta=0.1, **own)
     weighted = loss_fn(**inputs, rollout_weights=weights)
     # The same policy term with the weight folded into the advantage (every objective is linear in A per
     # token except through its sign, and weights >= 0 keep the sign), the KL term unweighted.
-    plain_policy = LOSSES[name](beta=0.0)(**dict(inputs, advantages=_token_adv(inputs, mask) * weights))
-    kl_only = LOSSES[name](beta=0.1)(**dict(inputs, advantages=torch.zeros_like(weights)))
+    plain_policy = LOSSES[name](beta=0.0, **own)(
+        **dict(inputs, advantages=_token_adv(inputs, mask) * weights)
+    )
+    kl_only = LOSSES[name](beta=0.1, **own)(**dict(inputs, advantages=torch.zeros_like(weights)))
     if name in ("grpo", "cispo", "dapo", "gspo"):
         torch.testing.assert_close(weighted.loss, plain_policy.loss + kl_only.loss)
     torch.testing.assert_close(weighted.metrics[K.POLICY_LOSS], _policy_loss(loss_fn, inputs, weights))

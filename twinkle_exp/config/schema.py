@@ -142,12 +142,18 @@ class RolloutCorrectionConfig(Related):
 
     @staticmethod
     def relations(c: Mapping[str, Any]) -> list[str]:
-        """mis and seq_mask keep what lies in [low, high]: an empty range would drop every token."""
+        """mis and seq_mask keep what lies in [low, high]: an empty range would drop every token. mis is per
+        token: a sequence level would be silently ignored."""
+        problems = []
         if c["mode"] in ("mis", "seq_mask") and c["low"] > c["high"]:
-            return [
+            problems.append(
                 f"optim.rollout_correction.low={c['low']:g} > high={c['high']:g}: the kept range [low, high] is empty"
-            ]
-        return []
+            )
+        if c["mode"] == "mis" and c["level"] == "sequence":
+            problems.append(
+                "optim.rollout_correction.mode=mis is per token: level=sequence applies to tis only"
+            )
+        return problems
 
 
 @dataclass

@@ -23,7 +23,14 @@ from typing import ClassVar
 import torch
 
 from twinkle_exp.loss.batch import TokenBatch, prepare_batch
-from twinkle_exp.loss.core import CLIP_SIDES, LossOutput, LossSpec, compute_loss
+from twinkle_exp.loss.core import (
+    CLIP_SIDES,
+    ENTROPY_TOKENS,
+    OFF_POLICY_REFERENCES,
+    LossOutput,
+    LossSpec,
+    compute_loss,
+)
 from twinkle_exp.loss.kl import KL_ESTIMATORS
 from twinkle_exp.loss.params import (
     boolean,
@@ -52,6 +59,11 @@ class PolicyGradientLoss:
     metric_keys: ClassVar[tuple[str, ...]] = ()  # the keys of `per_token`'s metrics dict
     clip_sides: ClassVar[tuple[str, ...]] = CLIP_SIDES  # the PPO-style clip counts the pipeline reports
     takes_clip_switches: ClassVar[bool] = False  # whether `per_token` honours clip_ratio_c and delta
+    # Whether `per_token` applies the rollout-correction weights / the switches' token masks itself (an
+    # objective whose value is one number per sequence puts them inside it); otherwise the pipeline
+    # multiplies the per-token loss by them.
+    applies_rollout_weights: ClassVar[bool] = False
+    applies_policy_keep: ClassVar[bool] = False
     # The `loss=<name>` option's values that are not the class's defaults: interpolations into the rest of
     # the experiment's config (Dr.GRPO's length is the sampler's budget).
     config_defaults: ClassVar[dict[str, str]] = {}
@@ -65,8 +77,11 @@ class PolicyGradientLoss:
     delta: float | None = param(None, optional(greater_than(1.0)))  # two-sided cap (clipped objective)
     kl_bias_correction: bool = param(False, boolean)  # KL term weighted by pi / pi_old
     off_policy_mask_threshold: float | None = param(None, optional(finite))  # DeepSeek-V3.2's sequence mask
+    # The mask's gap is to the sampler's log-probs when the call passes them (DeepSeek-V3.2, TRL), or "old".
+    off_policy_mask_reference: str = param("sampler", one_of(OFF_POLICY_REFERENCES))
     top_entropy_quantile: float = param(1.0, fraction)  # train on the top share of tokens by entropy
     entropy_coef: float = param(0.0, finite)  # loss -= coef * mean entropy
+    entropy_tokens: str = param("all", one_of(ENTROPY_TOKENS))  # "kept": over top_entropy's tokens (TRL)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -110,8 +125,10 @@ class PolicyGradientLoss:
             max_completion_length=self.max_completion_length,
             kl_bias_correction=self.kl_bias_correction,
             off_policy_mask_threshold=self.off_policy_mask_threshold,
+            off_policy_mask_reference=self.off_policy_mask_reference,
             top_entropy_quantile=self.top_entropy_quantile,
             entropy_coef=self.entropy_coef,
+            entropy_tokens=self.entropy_tokens,
         )
 
     def __call__(
@@ -129,7 +146,9 @@ class PolicyGradientLoss:
                 `logps` `[B, T]`, optional `old_logps` `[B, T]` (None: on-policy), `ref_logps` `[B, T]`
                 (required when beta > 0), `position_ids` `[B, T]` (packed rows), `entropies` `[B, T]`
                 (for `top_entropy_quantile` / `entropy_coef` when only `logps` are given) and
-                `rollout_weights` `[B, T]` (`rollout_correction`'s weights on the policy term).
+                `rollout_weights` `[B, T]` (`rollout_correction`'s weights on the policy term),
+                `sampler_logps` `[B, T]` (the sampler's, for the off-policy mask) and `rollout_mask` `[B, T]`
+                bool (verl's rejection: the tokens outside it leave the batch).
             num_sequences, num_tokens: the optimizer step's totals when the step is split in micro-batches.
         """
         spec = self.spec

@@ -27,6 +27,15 @@ class TokenBatch:
     weights: torch.Tensor | None = (
         None  # [B, T] per-token weight on the policy term (rollout correction); 0 off the mask
     )
+    sampler_logps: torch.Tensor | None = None  # [B, T] the sampler's log-probs of the labels; 0 off the mask
+    rejected_seqs: int = 0  # sequences whose every completion token `rollout_mask` removed
+    # [B, T] bool: the tokens the switches keep for the policy term (set by the pipeline before the objective)
+    policy_keep: torch.Tensor | None = None
+
+    @property
+    def counted_seqs(self) -> int:
+        """The sequences the default normalisers count: all but those the rollout correction rejected."""
+        return self.num_seqs - self.rejected_seqs
 
     @property
     def num_tokens(self) -> int:
@@ -90,6 +99,8 @@ def prepare_batch(
     position_ids: torch.Tensor | None = None,
     entropies: torch.Tensor | None = None,
     rollout_weights: torch.Tensor | None = None,
+    sampler_logps: torch.Tensor | None = None,
+    rollout_mask: torch.Tensor | None = None,
     entropy_from_logits: bool = False,
 ) -> TokenBatch:
     """Check and align the inputs.
@@ -104,6 +115,10 @@ def prepare_batch(
         entropies: `[B, T]` aligned like `logps`, the policy's entropy at each label (with grad for an
             entropy bonus); computed from `logits` when None and `entropy_from_logits`.
         rollout_weights: `[B, T]` a per-token weight on the policy term, e.g. `rollout_correction`'s.
+        sampler_logps: `[B, T]` the sampler's log-probs of the labels, where they differ from `old_logps`
+            (the off-policy mask measures its gap against them).
+        rollout_mask: `[B, T]` bool, the tokens a rejecting rollout correction keeps (verl's form of
+            `seq_mask`): the others leave the batch, from every term and from the default counts.
     """
     if labels.dim() != 2:
         raise ValueError(f"labels must be [B, T], got shape {_shape(labels)}")
@@ -130,10 +145,18 @@ def prepare_batch(
     _check_like("ref_logps", ref_logps, labels)
     _check_like("entropies", entropies, labels)
     _check_like("rollout_weights", rollout_weights, labels)
+    _check_like("sampler_logps", sampler_logps, labels)
+    _check_like("rollout_mask", rollout_mask, labels)
 
     starts = sequence_starts(labels, position_ids)
     seq_ids, num_seqs = sequence_ids(starts)
     mask = _completion_mask(labels, starts)
+    rejected_seqs = 0
+    if rollout_mask is not None:
+        kept = mask & rollout_mask.bool()
+        had = torch.bincount(seq_ids[mask], minlength=num_seqs) > 0
+        has = torch.bincount(seq_ids[kept], minlength=num_seqs) > 0
+        rejected_seqs, mask = int((had & ~has).sum()), kept
     if advantages.shape == labels.shape:
         token_adv = advantages
     elif advantages.dim() == 1:
@@ -160,6 +183,10 @@ def prepare_batch(
         num_seqs=num_seqs,
         entropies=None if entropies is None else entropies.to(logps.dtype).masked_fill(~mask, 0.0),
         weights=None if rollout_weights is None else rollout_weights.to(logps.dtype).masked_fill(~mask, 0.0),
+        sampler_logps=None
+        if sampler_logps is None
+        else sampler_logps.to(logps.dtype).masked_fill(~mask, 0.0),
+        rejected_seqs=rejected_seqs,
     )
 
 

@@ -6,6 +6,7 @@ object itself, see `base.PolicyGradientLoss`). This module is pure functions of 
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -19,10 +20,21 @@ from twinkle_exp.loss.kl import kl_penalty
 
 IMPORTANCE_LEVELS = ("token", "sequence", "sequence_token")
 AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "constant", "seq_sum")
+OFF_POLICY_REFERENCES = ("sampler", "old")  # what the off-policy mask measures the policy's gap against
+ENTROPY_TOKENS = ("all", "kept")  # the tokens the entropy bonus averages over
 CLIP_SIDES = ("low", "high")
 LOG_RATIO_CLAMP = 20.0  # |log pi/pi_old| beyond this is clamped before exp: e^20 is already far off-policy
 
-__all__ = ["AGGREGATIONS", "CLIP_SIDES", "IMPORTANCE_LEVELS", "LOG_RATIO_CLAMP", "LossOutput", "LossSpec"]
+__all__ = [
+    "AGGREGATIONS",
+    "CLIP_SIDES",
+    "ENTROPY_TOKENS",
+    "IMPORTANCE_LEVELS",
+    "LOG_RATIO_CLAMP",
+    "OFF_POLICY_REFERENCES",
+    "LossOutput",
+    "LossSpec",
+]
 
 
 class LossOutput(NamedTuple):
@@ -44,8 +56,11 @@ class LossSpec:
     # The switches (docs/losses.md); each default leaves the pipeline as it was.
     kl_bias_correction: bool = False  # KL term weighted by the importance ratio (DeepSeek-V3.2, TRL)
     off_policy_mask_threshold: float | None = None  # drop A < 0 sequences whose mean (old - logp) exceeds it
+    # "sampler": the gap is to the sampler's log-probs when the call has them (else the old ones); "old".
+    off_policy_mask_reference: str = "sampler"
     top_entropy_quantile: float = 1.0  # train the policy term on the top share of tokens by entropy only
     entropy_coef: float = 0.0  # loss -= coef * token mean of the entropy over the step
+    entropy_tokens: str = "all"  # the bonus's mean over "all" tokens, or those the top-entropy mask "kept"
 
     @property
     def needs_entropy(self) -> bool:
@@ -60,6 +75,10 @@ class Objective(Protocol):
         """The keys of `per_token`'s metrics dict, reported (as 0) even for an empty batch."""
 
     clip_sides: tuple[str, ...]  # of CLIP_SIDES: the PPO-style clip counts the pipeline reports for it
+    # True: `per_token` applies `b.weights` (the rollout correction) itself, the pipeline does not.
+    applies_rollout_weights: bool
+    # True: `per_token` applies `b.policy_keep` (the switches' token masks) itself, the pipeline does not.
+    applies_policy_keep: bool
 
     def per_token(
         self, spec: LossSpec, b: TokenBatch, ratio: torch.Tensor
@@ -105,10 +124,10 @@ def _aggregate(spec: LossSpec, b: TokenBatch, per_token: torch.Tensor, num_seque
 
 
 def _check_totals(b: TokenBatch, num_sequences: int | None, num_tokens: int | None) -> tuple[int, int]:
-    seqs = b.num_seqs if num_sequences is None else int(num_sequences)
+    seqs = b.counted_seqs if num_sequences is None else int(num_sequences)
     tokens = b.num_tokens if num_tokens is None else int(num_tokens)
-    if seqs < b.num_seqs:
-        raise ValueError(f"num_sequences={seqs} is smaller than the {b.num_seqs} sequences in this batch")
+    if seqs < b.counted_seqs:
+        raise ValueError(f"num_sequences={seqs} is smaller than the {b.counted_seqs} sequences in this batch")
     if tokens < b.num_tokens:
         raise ValueError(
             f"num_tokens={tokens} is smaller than the {b.num_tokens} completion tokens in this batch"
@@ -137,13 +156,25 @@ def _policy_masks(spec: LossSpec, b: TokenBatch) -> dict[str, torch.Tensor]:
     masks = {}
     if spec.off_policy_mask_threshold is not None:
         # DeepSeek-V3.2: a sequence with A < 0 whose mean log(pi_old / pi) exceeds the bound teaches nothing.
-        gap = seq_ops.per_token(seq_ops.seq_mean(b.old_logps - b.logps.detach(), b), b)
+        # Its pi_old is the sampling policy, so the gap includes the sampler's own mismatch when it is known.
+        use_sampler = spec.off_policy_mask_reference == "sampler" and b.sampler_logps is not None
+        behaviour = b.sampler_logps if use_sampler else b.old_logps
+        gap = seq_ops.per_token(seq_ops.seq_mean(behaviour - b.logps.detach(), b), b)
         masks[K.OFF_POLICY_MASKED] = (b.advantages < 0) & (gap > spec.off_policy_mask_threshold) & b.mask
     if spec.top_entropy_quantile < 1.0:
         entropy = b.entropies.detach()
         threshold = torch.quantile(entropy[b.mask].float(), 1.0 - spec.top_entropy_quantile)
         masks[K.TOP_ENTROPY_KEPT] = (entropy < threshold.to(entropy.dtype)) & b.mask
     return masks
+
+
+def _entropy_bonus(spec: LossSpec, b: TokenBatch, masks: dict, num_tokens: int) -> torch.Tensor:
+    """The entropy the bonus adds: the step's token mean over all tokens, or (`entropy_tokens="kept"`, TRL's
+    form) this call's mean over the tokens the top-entropy mask kept, weighted by its share of the step."""
+    if spec.entropy_tokens == "all" or K.TOP_ENTROPY_KEPT not in masks:
+        return (b.entropies * b.mask).sum() / num_tokens
+    kept = b.mask & ~masks[K.TOP_ENTROPY_KEPT]
+    return (b.entropies * kept).sum() / kept.sum().clamp(min=1) * (b.num_tokens / num_tokens)
 
 
 def derived_clip_metrics(shares: dict[str, float], prefix: str = "") -> dict[str, float]:
@@ -186,11 +217,13 @@ def compute_loss(
         return _empty_output(b, spec, objective)
 
     ratio = _importance_weight(spec, b)
-    policy_per_token, extra = objective.per_token(spec, b, ratio)
     masks = _policy_masks(spec, b)
-    for dropped in masks.values():
-        policy_per_token = policy_per_token * ~dropped
-    if b.weights is not None:
+    if masks:
+        b = dataclasses.replace(b, policy_keep=b.mask & ~torch.stack(list(masks.values())).any(0))
+    policy_per_token, extra = objective.per_token(spec, b, ratio)
+    if b.policy_keep is not None and not objective.applies_policy_keep:
+        policy_per_token = policy_per_token * b.policy_keep
+    if b.weights is not None and not objective.applies_rollout_weights:
         policy_per_token = policy_per_token * b.weights
     per_token = policy_per_token
     metrics: dict[str, torch.Tensor] = {}
@@ -203,7 +236,7 @@ def compute_loss(
 
     loss = _aggregate(spec, b, per_token, seqs, tokens)
     if spec.entropy_coef != 0.0:
-        loss = loss - spec.entropy_coef * (b.entropies * b.mask).sum() / tokens
+        loss = loss - spec.entropy_coef * _entropy_bonus(spec, b, masks, tokens)
     mask = b.mask
     adv = b.advantages
     r = ratio.detach()

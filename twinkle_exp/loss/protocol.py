@@ -33,6 +33,8 @@ class LossFn(Protocol):
         entropies: torch.Tensor | None = None,  # [B, T] per-token entropy; given when needs_entropy
         rollout_weights: torch.Tensor
         | None = None,  # [B, T] a weight on the policy term (rollout correction)
+        sampler_logps: torch.Tensor | None = None,  # [B, T] the sampler's, where they differ from old_logps
+        rollout_mask: torch.Tensor | None = None,  # [B, T] bool: tokens outside it leave the batch (verl)
         num_sequences: int | None = None,  # the optimizer step's totals, over micro-batches and ranks
         num_tokens: int | None = None,
     ) -> LossOutput: ...

@@ -10,8 +10,11 @@ Modes (`ROLLOUT_MODES`):
 - "none": every weight 1 (the metrics are still measured).
 - "tis": truncated importance sampling, min(rho, upper); `level="token"` rho per token, `"sequence"` the
   product over the sequence's tokens on each of them (TRL, verl, slime; Yao et al., 2025).
-- "mis": masked importance sampling (IcePop): rho where low <= rho <= high, else 0 (the token is dropped).
+- "mis": masked importance sampling (IcePop): rho where low <= rho <= high, else 0 (the token is dropped);
+  per token only (`level="sequence"` is refused).
 - "seq_mask": 1 for a sequence whose geometric-mean ratio exp(mean_t log rho) lies in [low, high], else 0.
+  As `rollout_weights` the rejected sequences stay in the counts and the KL term with a zero policy term;
+  as `rollout_mask=weights > 0` they leave the batch, as verl's rejection sampling removes them.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ def _check(mode: str, level: str, upper: float, low: float, high: float) -> None
         raise ValueError(f"rollout correction mode must be one of {list(ROLLOUT_MODES)}, got {mode!r}")
     if level not in ROLLOUT_LEVELS:
         raise ValueError(f"rollout correction level must be one of {list(ROLLOUT_LEVELS)}, got {level!r}")
+    if mode == "mis" and level == "sequence":
+        raise ValueError("rollout correction mode=mis is per token: level=sequence applies to tis only")
     if not upper > 0:
         raise ValueError(f"rollout correction upper must be > 0, got {upper:g}")
     if not 0 <= low <= high:

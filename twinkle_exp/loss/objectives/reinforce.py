@@ -15,7 +15,7 @@ from twinkle_exp.loss import seq_ops
 from twinkle_exp.loss.base import PolicyGradientLoss
 from twinkle_exp.loss.batch import TokenBatch
 from twinkle_exp.loss.core import LOG_RATIO_CLAMP, LossSpec, log_ratio
-from twinkle_exp.loss.params import non_negative, one_of, optional, param, positive
+from twinkle_exp.loss.params import boolean, non_negative, one_of, optional, param, positive
 from twinkle_exp.loss.registry import loss_dataclass, register_loss
 
 RATIO_LEVELS = ("sequence", "token")
@@ -46,6 +46,11 @@ class VESPOLoss(PolicyGradientLoss):
     """VESPO (arXiv 2602.10693), as TRL 1.16's `loss_type="vespo"`: -sg(phi(w)) A logp, token mean, with
     w = exp(sum_t d) the sequence's (unnormalised) ratio and phi(w) = w^k exp(lambda (1 - w)), phi(1) = 1;
     (k, lambda) = (k_pos, lambda_pos) for A >= 0, (k_neg, lambda_neg) otherwise. `clip_range` is unused.
+
+    With rollout-correction weights rho_t = pi_old / pi_sampler, `fold_rollout_weights` (the default, TRL's
+    form) puts them into w, w = exp(sum_t d + sum_t log rho_t): the paper's w is the ratio to the policy
+    that sampled, and phi reshapes that whole ratio. False: phi of pi / pi_old, times rho_t per token.
+    The fold takes the weights as per-token factors (TRL allows its token modes only).
     """
 
     name = "vespo"
@@ -57,10 +62,21 @@ class VESPOLoss(PolicyGradientLoss):
     lambda_pos: float = param(3.0, positive)
     k_neg: float = param(3.0, non_negative)
     lambda_neg: float = param(2.0, positive)
+    fold_rollout_weights: bool = param(True, boolean)
+
+    @property
+    def applies_rollout_weights(self) -> bool:
+        return self.fold_rollout_weights
 
     def per_token(self, spec: LossSpec, b: TokenBatch, ratio: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        log_w = seq_ops.per_token(seq_ops.seq_sum(log_ratio(b).detach(), b), b)
-        log_w = log_w.clamp(math.log(1e-8), LOG_RATIO_CLAMP)
+        log_floor = math.log(1e-8)
+        log_d = log_ratio(b).detach()
+        if self.fold_rollout_weights and b.weights is not None:
+            # A weight of 0 (a token MIS dropped) is log 1e-8, as TRL's clamp makes it.
+            log_rho = torch.log(b.weights).clamp(log_floor, LOG_RATIO_CLAMP)
+            log_d = log_d + torch.where(b.mask, log_rho, torch.zeros_like(log_rho))
+        log_w = seq_ops.per_token(seq_ops.seq_sum(log_d, b), b)
+        log_w = log_w.clamp(log_floor, LOG_RATIO_CLAMP)
         positive_adv = b.advantages >= 0
         k = torch.where(positive_adv, self.k_pos, self.k_neg).to(log_w.dtype)
         lam = torch.where(positive_adv, self.lambda_pos, self.lambda_neg).to(log_w.dtype).clamp(min=1e-4)
