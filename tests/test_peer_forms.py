@@ -21,7 +21,7 @@ import pytest
 import torch
 from loss_zoo_helpers import PROMPT, zoo_batch
 
-from twinkle_exp.config.schema import RolloutCorrectionConfig
+from twinkle_exp.config.schema import Config, RolloutCorrectionConfig
 from twinkle_exp.loss import LOSSES, completion_mask
 from twinkle_exp.loss import metric_keys as K
 from twinkle_exp.loss.rollout_correction import rollout_correction
@@ -123,6 +123,35 @@ def test_vespo_per_token_weights_form(seed):
     torch.testing.assert_close(grad(ours.loss, inputs["logps"]), grad(by_hand, inputs["logps"]))
     folded = LOSSES["vespo"]()(**dict(inputs, ref_logps=None), rollout_weights=weights)
     assert abs(float((folded.loss - ours.loss).detach())) > 1e-3  # the two forms differ on this batch
+
+
+@pytest.mark.parametrize(
+    "mode,level,fold,refused",
+    [
+        ("seq_mask", "token", True, True),
+        ("tis", "sequence", True, True),
+        ("tis", "token", True, False),
+        ("mis", "token", True, False),
+        ("seq_mask", "token", False, False),
+    ],
+)
+def test_the_fold_refuses_sequence_level_weights_at_start_up(mode, level, fold, refused):
+    """The fold multiplies the tokens' weights, so a sequence's weight on each of its tokens is refused."""
+    config = {
+        "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8},
+        "reward": {},
+        "optim": {"num_minibatches": 1, "rollout_correction": {"mode": mode, "level": level}},
+        "loss": {"_target_": "twinkle_exp.loss.VESPOLoss", "fold_rollout_weights": fold},
+    }
+    problems = Config.relations(config)
+    assert problems == (
+        [
+            f"loss.fold_rollout_weights=true takes per-token weights, not optim.rollout_correction.mode={mode} "
+            "at the sequence level; use a token-level mode or loss.fold_rollout_weights=false"
+        ]
+        if refused
+        else []
+    )
 
 
 # 2. The off-policy mask ----------------------------------------------------------------------------------

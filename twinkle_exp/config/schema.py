@@ -289,4 +289,16 @@ class Config(Related):
                 f"reward.overlong_buffer={buffer}: longer than the sampler's budget "
                 f"rollout.max_new_tokens={budget}; use at most {budget}"
             )
+        loss = c["loss"] if isinstance(c["loss"], Mapping) else {}
+        correction = c["optim"]["rollout_correction"]
+        per_sequence = correction["mode"] == "seq_mask" or (
+            correction["mode"] == "tis" and correction["level"] == "sequence"
+        )
+        if loss.get("fold_rollout_weights") is True and per_sequence:
+            # The fold multiplies the tokens' weights over the sequence: a sequence's weight on each token
+            # would count once per token.
+            problems.append(
+                f"loss.fold_rollout_weights=true takes per-token weights, not optim.rollout_correction."
+                f"mode={correction['mode']} at the sequence level; use a token-level mode or loss.fold_rollout_weights=false"
+            )
         return problems
