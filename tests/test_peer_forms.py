@@ -457,3 +457,93 @@ def test_mis_at_sequence_level_is_refused():
         "optim.rollout_correction.mode=mis is per token: level=sequence applies to tis only"
     ]
     assert RolloutCorrectionConfig.relations(dict(config, mode="tis")) == []
+
+
+# The new inputs and forms keep the zoo's contracts: packed == padded, micro-batches sum to the step -------
+
+INVARIANT_LENGTHS = [3, 1, 5, 2, 4, 2]
+FORMS = {
+    "vespo+fold": ("vespo", {}, "weights"),
+    "vespo+per_token": ("vespo", {"fold_rollout_weights": False}, "weights"),
+    "gmpo+geometric": ("gmpo", {}, "weights"),
+    "gmpo+arithmetic": ("gmpo", {"rollout_weight_mean": "arithmetic"}, "weights"),
+    "gmpo+off_policy": ("gmpo", {"off_policy_mask_threshold": 0.0}, "sampler"),
+    "gmpo+top_entropy": ("gmpo", {"top_entropy_quantile": 0.5}, "weights"),
+    "grpo+off_policy_sampler": ("grpo", {"off_policy_mask_threshold": 0.0}, "sampler"),
+    "grpo+entropy_kept": (
+        "grpo",
+        {"top_entropy_quantile": 0.5, "entropy_coef": 0.1, "entropy_tokens": "kept"},
+        None,
+    ),
+    "grpo+rollout_mask": ("grpo", {}, "reject"),
+    "dapo+rollout_mask": ("dapo", {}, "reject"),
+}
+PER_CALL_FORMS = {"gmpo+top_entropy", "grpo+entropy_kept"}  # the top-entropy quantile is the call's
+
+
+def form_inputs(extra, seed=30):
+    inputs, _ = zoo_batch(INVARIANT_LENGTHS, seed=seed, spread=0.3)
+    sampler, mask = sampler_for(inputs, seed, scale=0.5)
+    if extra == "weights":
+        weights, _ = rollout_correction(sampler, inputs["old_logps"], mask, mode="mis", low=0.7, high=1.4)
+        inputs["rollout_weights"] = weights
+    elif extra == "sampler":
+        inputs["sampler_logps"] = sampler
+    elif extra == "reject":
+        weights, _ = rollout_correction(
+            sampler, inputs["old_logps"], mask, mode="seq_mask", low=0.8, high=1.25
+        )
+        inputs["rollout_mask"] = weights > 0
+        rejected = mask.any(-1) & ~inputs["rollout_mask"].any(-1)
+        assert rejected.any() and not rejected.all()
+    return inputs, mask
+
+
+def pack_rows(inputs, mask):
+    ends = [int(row.nonzero().max()) + 1 for row in mask]
+
+    def cat(t):
+        return torch.cat([t[i, :e] for i, e in enumerate(ends)])[None]
+
+    packed = {k: cat(v) for k, v in inputs.items() if k not in ("advantages", "logps")}
+    packed["logps"] = cat(inputs["logps"].detach()).requires_grad_(True)
+    packed["advantages"] = inputs["advantages"]
+    packed["position_ids"] = torch.cat([torch.arange(e) for e in ends])[None]
+    return packed, ends
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_new_forms_packed_equals_padded(form):
+    name, kwargs, extra = FORMS[form]
+    inputs, mask = form_inputs(extra)
+    loss_fn = LOSSES[name](beta=0.04, **kwargs)
+    padded = loss_fn(**inputs)
+    packed_inputs, ends = pack_rows(inputs, mask)
+    packed = loss_fn(**packed_inputs)
+    torch.testing.assert_close(packed.loss, padded.loss)
+    for key in padded.metrics:
+        torch.testing.assert_close(packed.metrics[key], padded.metrics[key], msg=key)
+    g_padded = grad(padded.loss, inputs["logps"])
+    g_packed = grad(packed.loss, packed_inputs["logps"])
+    torch.testing.assert_close(g_packed[0], torch.cat([g_padded[i, :e] for i, e in enumerate(ends)]))
+
+
+@pytest.mark.parametrize("form", sorted(set(FORMS) - PER_CALL_FORMS))
+@pytest.mark.parametrize("split", [[1, 5], [3, 3], [2, 2, 2]])
+def test_new_forms_micro_batches_sum_to_the_step(form, split):
+    name, kwargs, extra = FORMS[form]
+    inputs, mask = form_inputs(extra)
+    loss_fn = LOSSES[name](beta=0.04, **kwargs)
+    full = loss_fn(**inputs)
+    # verl's rejection counts the step over the kept tokens and the sequences that keep any.
+    kept = mask & inputs["rollout_mask"] if extra == "reject" else mask
+    totals = {"num_sequences": int(kept.any(-1).sum()), "num_tokens": int(kept.sum())}
+    if extra != "reject":
+        totals["num_sequences"] = len(INVARIANT_LENGTHS)
+    total, start = 0.0, 0
+    for size in split:
+        rows = slice(start, start + size)
+        total = total + loss_fn(**{k: v[rows] for k, v in inputs.items()}, **totals).loss
+        start += size
+    torch.testing.assert_close(total, full.loss)
+    torch.testing.assert_close(grad(total, inputs["logps"]), grad(full.loss, inputs["logps"]))
