@@ -55,7 +55,7 @@ class LossSpec:
     max_completion_length: int | None = None  # the "constant" aggregation's length (None: the longest)
     # The switches (docs/losses.md); each default leaves the pipeline as it was.
     kl_bias_correction: bool = False  # KL term weighted by the importance ratio (DeepSeek-V3.2, TRL)
-    off_policy_mask_threshold: float | None = None  # drop A < 0 sequences whose mean (old - logp) exceeds it
+    off_policy_mask_threshold: float | None = None  # drop A < 0 sequences whose mean (mu - logp) exceeds it
     # "sampler": the gap is to the sampler's log-probs when the call has them (else the old ones); "old".
     off_policy_mask_reference: str = "sampler"
     top_entropy_quantile: float = 1.0  # train the policy term on the top share of tokens by entropy only
