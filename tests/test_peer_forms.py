@@ -93,6 +93,8 @@ def test_vespo_folds_the_weights_into_phi_as_trl(mode, seed):
     sampler, mask = sampler_for(inputs, seed)
     weights, _ = rollout_correction(sampler, inputs["old_logps"], mask, mode=mode, low=0.8, high=1.25)
     ours = LOSSES["vespo"]()(**dict(inputs, ref_logps=None), rollout_weights=weights)
+    by_hand = _vespo_by_hand(seqs, _weights_rows(weights, LENGTHS), fold=True)
+    torch.testing.assert_close(ours.loss, by_hand)
     m = view(mask).double()
     adv = inputs["advantages"][:, None]
     # TRL's ratio is 1 off the completion (exp of a masked difference), so its unmasked sum adds nothing there.
@@ -107,8 +109,6 @@ def test_vespo_folds_the_weights_into_phi_as_trl(mode, seed):
     trl_loss = (-phi * adv * view(inputs["logps"]) * m).sum() / m.sum()
     torch.testing.assert_close(ours.loss, trl_loss)
     torch.testing.assert_close(grad(ours.loss, inputs["logps"]), grad(trl_loss, inputs["logps"]))
-    by_hand = _vespo_by_hand(seqs, _weights_rows(weights, LENGTHS), fold=True)
-    torch.testing.assert_close(ours.loss, by_hand)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -177,15 +177,21 @@ def test_off_policy_mask_measures_against_the_sampler_as_trl(threshold):
     plain = dict(inputs, ref_logps=None)
     m = view(mask).double()
     adv = inputs["advantages"][:, None]
+    ours = LOSSES["grpo"](off_policy_mask_threshold=threshold)(**plain, sampler_logps=sampler)
+    old_form = LOSSES["grpo"](off_policy_mask_threshold=threshold, off_policy_mask_reference="old")
+    for mu, out in ((sampler, ours), (inputs["old_logps"], old_form(**plain, sampler_logps=sampler))):
+        gap = ((view(mu) - view(inputs["logps"]).detach()) * m).sum(-1, keepdim=True) / m.sum(
+            -1, keepdim=True
+        )
+        by_hand = (~((adv < 0) & (gap > threshold))).double()  # DeepSeek-V3.2's rule, written out
+        torch.testing.assert_close(out.loss, _grpo_masked(inputs, by_hand))
     mask_fn = trl().get_off_policy_mask
     to_sampler = mask_fn(adv, view(inputs["logps"]), view(sampler), m, threshold)
     to_old = mask_fn(adv, view(inputs["logps"]), view(inputs["old_logps"]), m, threshold)
-    ours = LOSSES["grpo"](off_policy_mask_threshold=threshold)(**plain, sampler_logps=sampler)
     torch.testing.assert_close(ours.loss, _grpo_masked(inputs, to_sampler))
     dropped = ((1 - to_sampler) * m).sum() / m.sum()
     assert ours.metrics[K.OFF_POLICY_MASKED].item() == pytest.approx(dropped.item())
     # The old log-probs' form, asked for, and TRL's fallback when no sampler log-probs are given (line 3073).
-    old_form = LOSSES["grpo"](off_policy_mask_threshold=threshold, off_policy_mask_reference="old")
     torch.testing.assert_close(old_form(**plain, sampler_logps=sampler).loss, _grpo_masked(inputs, to_old))
     fallback = LOSSES["grpo"](off_policy_mask_threshold=threshold)(**plain)
     torch.testing.assert_close(fallback.loss, _grpo_masked(inputs, to_old))
