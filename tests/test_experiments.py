@@ -71,6 +71,50 @@ EXPECTED = {
         "values": {"loss.tau_pos": 1.0, "loss.tau_neg": 1.05},
         "cites": ["Soft Adaptive Policy Optimization", "Qwen", "2025"],
     },
+    "bapo_paper": {
+        "target": "twinkle_exp.loss.BAPOLoss",
+        "values": {
+            "advantage.scale": "group",
+            "loss.positive_share": 0.5,
+            "loss.ratio_low_start": 0.6,
+            "loss.ratio_low_max": 0.9,
+            "loss.ratio_high_start": 1.2,
+            "loss.ratio_high_max": 3.0,
+            "loss.clip_ratio_c": 3.0,
+        },
+        "cites": ["Xi", "BAPO", "2025", "2510.18927"],
+    },
+    "gppo_paper": {
+        "target": "twinkle_exp.loss.GPPOLoss",
+        "values": {
+            "advantage.scale": "group",
+            "loss.clip_range": 0.2,
+            "loss.clip_range_high": 0.28,
+            "loss.clip_ratio_c": 10.0,
+        },
+        "cites": ["Su", "Klear-Reasoner", "2025", "2508.07629"],
+    },
+    "ce_gppo_paper": {
+        "target": "twinkle_exp.loss.CEGPPOLoss",
+        "values": {
+            "advantage.scale": "group",
+            "loss.clip_range": 0.2,
+            "loss.clip_range_high": 0.2,
+            "loss.beta1": 0.75,
+            "loss.beta2": 1.0,
+        },
+        "cites": ["Su", "CE-GPPO", "2025", "2509.20712"],
+    },
+    "aspo_paper": {
+        "target": "twinkle_exp.loss.ASPOLoss",
+        "values": {"advantage.scale": "group", "loss.clip_range": 0.2, "loss.dual_clip_c": 3.0},
+        "cites": ["Wang", "Asymmetric Importance Sampling Policy Optimization", "2025", "2510.06062"],
+    },
+    "m2po_paper": {
+        "target": "twinkle_exp.loss.M2POLoss",
+        "values": {"advantage.scale": "group", "loss.m2_threshold": 0.04},
+        "cites": ["Zheng", "Stale Data", "2025", "2510.01161", "AReaL"],
+    },
     # Not a paper's recipe: a real model that learns in minutes on a CPU (docs/real-models.md, "SmolLM2-135M-Instruct: a real pretrained model on a CPU").
     "smollm2_addition": {
         "target": "twinkle_exp.loss.GRPOLoss",

@@ -1,8 +1,9 @@
 """The zoo keeps the six's contracts: packed == padded, micro-batches and ranks sum to the full step (loss,
 gradient, token-weighted metrics), and on-policy every ratio-based variant is REINFORCE with its normaliser.
 
-Clip-Cov, KL-Cov and the top-entropy mask select tokens by statistics of the tokens in one call (as verl
-and TRL do per micro-batch), so they are packing-invariant but not split-invariant; the last test pins that.
+Clip-Cov, KL-Cov, the top-entropy mask, BAPO's bound search and M2PO's second-moment mask select tokens by
+statistics of the tokens in one call (as verl, TRL and AReaL do per micro-batch), so they are
+packing-invariant but not split-invariant; the last test pins that.
 """
 
 from __future__ import annotations
@@ -31,9 +32,20 @@ SWITCHES = {
     "dppo_kl-tight": ("dppo_kl", {"clip_range": 0.005, "clip_range_high": 0.01}),
     "clip_cov-wide": ("clip_cov", {"clip_cov_ratio": 0.3, "clip_cov_lb": -1.0, "clip_cov_ub": 1.0}),
     "kl_cov-wide": ("kl_cov", {"kl_cov_ratio": 0.3}),
+    "bapo-share": ("bapo", {"positive_share": 0.9}),
+    "gppo+dual_clip": ("gppo", {"clip_ratio_c": 1.5}),
 }
 CONFIGS = {name: (name, {}) for name in ZOO_LOSSES} | SWITCHES
-PER_CALL = {"clip_cov", "kl_cov", "clip_cov-wide", "kl_cov-wide", "dapo+top_entropy"}
+PER_CALL = {
+    "clip_cov",
+    "kl_cov",
+    "clip_cov-wide",
+    "kl_cov-wide",
+    "dapo+top_entropy",
+    "bapo",
+    "bapo-share",
+    "m2po",
+}
 SPLITS = [[1, 5], [3, 3], [2, 2, 2], [1, 1, 1, 1, 1, 1]]
 KEYS = ("labels", "advantages", "old_logps", "ref_logps", "entropies")
 
@@ -155,6 +167,8 @@ def test_on_policy_gradient_is_reinforce(name):
         "bnpo+delta",
         "grpo+kl_bias",
         "drgrpo+entropy_bonus",
+        "bapo",
+        "m2po",
     ],
 )
 def test_gradcheck_off_policy(config):
@@ -170,7 +184,7 @@ def test_gradcheck_off_policy(config):
     assert torch.autograd.gradcheck(f, (inputs["logps"], entropies), eps=1e-6, atol=1e-5)
 
 
-@pytest.mark.parametrize("config", ["clip_cov-wide", "kl_cov-wide", "dapo+top_entropy"])
+@pytest.mark.parametrize("config", ["clip_cov-wide", "kl_cov-wide", "dapo+top_entropy", "bapo-share", "m2po"])
 def test_per_call_selection_depends_on_the_split(config):
     # What the module docstring says: selection statistics are the call's, so a split step differs.
     inputs, _ = zoo_batch(LENGTHS, seed=21)

@@ -90,7 +90,8 @@ class DPPOLoss(PolicyGradientLoss):
     policy left a divergence trust region in the direction A pushes it; token mean.
 
     `clip_range` (A < 0) and `clip_range_high` (A > 0) are the divergence bounds. `ratio_cap` truncates the
-    weight (verl's `clip_ratio_c`, 20 there; None: no cap). It reports its masks as the clip counts.
+    weight (verl's `clip_ratio_c`: 20 is its DPPO code's fallback, but verl's actor config sets 3 by default,
+    so a default verl run caps at 3; None: no cap). It reports its masks as the clip counts.
     """
 
     aggregation = "token_mean"
