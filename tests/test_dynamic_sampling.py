@@ -185,3 +185,19 @@ def test_join_refuses_rollouts_drawn_differently():
     b.temperature = 0.5
     with pytest.raises(ValueError, match="drawn with different"):
         join([a, b], pad_id=PAD)
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_trains_from_the_command_line(run_cli, tmp_path):
+    import csv
+    import math
+
+    proc = run_cli("rollout.filter_zero_variance=true", "debug=fast", "logger=csv", "trainer.max_steps=4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (metrics,) = tmp_path.glob("outputs/*/*/metrics.csv")
+    with open(metrics, newline="") as f:
+        rows = list(csv.DictReader(f))
+    losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
+    assert len(losses) == 4 and all(math.isfinite(v) for v in losses)
+    dropped = [float(r[M.DYNAMIC_DROPPED_FRACTION]) for r in rows if r.get(M.DYNAMIC_DROPPED_FRACTION)]
+    assert dropped and all(0.0 <= v <= 1.0 for v in dropped)
