@@ -201,3 +201,13 @@ def test_dynamic_sampling_trains_from_the_command_line(run_cli, tmp_path):
     assert len(losses) == 4 and all(math.isfinite(v) for v in losses)
     dropped = [float(r[M.DYNAMIC_DROPPED_FRACTION]) for r in rows if r.get(M.DYNAMIC_DROPPED_FRACTION)]
     assert dropped and all(0.0 <= v <= 1.0 for v in dropped)
+
+
+def test_a_rank_with_nothing_to_replace_follows_the_others_passes(monkeypatch):
+    # Another rank still has zero-variance groups: this one draws one prompt's group per pass and drops it.
+    monkeypatch.setattr(dynamic_sampling.collectives, "any_rank", lambda flag: True)
+    out, fresh, drawn = run(max_extra_draws=3, prompts=("p0", "p2"))
+    assert fresh.asked == [1, 1, 1] and drawn == [["f0"], ["f1"], ["f2"]]
+    assert out.batch["prompts"] == ["p0", "p2"]
+    assert out.metrics[M.DYNAMIC_EXTRA_DRAWS] == 3.0 and out.metrics[M.DYNAMIC_EXTRA_SAMPLES] == 3.0 * G
+    assert out.metrics[M.DYNAMIC_CAP_HIT] == 0.0  # this rank has none left (the sum over ranks decides)

@@ -142,3 +142,19 @@ def test_dynamic_sampling_replaces_the_zero_variance_groups_in_the_step():
     set_update_mode(module.policy, dropout=False)
     metrics, _ = rl_step.optimizer_step(module.parts, plan, _stepper(module), module.state.nonfinite)
     assert torch.isfinite(torch.tensor(metrics[M.LOSS]))
+
+
+def test_a_refilled_plan_survives_its_checkpoint():
+    from twinkle_exp.training.update_plan import UpdatePlan
+
+    rewards = RewardSet([RewardFunction("even", _constant_for_even_answers)], truncated_max=None)
+    module = _module(AdvantageConfig(), rewards, filter_zero_variance=True, max_extra_draws=8)
+    batch, plan = _rollout(module, FreshPrompts(module.task, seed=0, rank=0, rollout=0))
+    back = UpdatePlan.from_state_dict(plan.state_dict())
+    assert back.prompts == plan.prompts and back.stream_prompts == batch["prompts"] != plan.prompts
+    assert back.sampling_metrics == plan.sampling_metrics and torch.equal(
+        back.rollout.input_ids, plan.rollout.input_ids
+    )
+    back.check_replayed(batch["prompts"])
+    with pytest.raises(RuntimeError, match="did not replay"):
+        back.check_replayed(plan.prompts)
