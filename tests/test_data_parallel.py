@@ -125,6 +125,47 @@ def test_ddp_torchrun_step_equals_one_process(ddp_sweep, loss, advantage, tmp_pa
     assert (job / "rank1.log").is_file()  # rank 1 logs beside rank 0's cli.log, not into it
 
 
+# The estimators that sample more (ReMax's greedy baseline, gathered over the ranks) or shape per token
+# (entropy_shaped, in each rank's update): one process on the union of the ranks' rollouts must agree too.
+EXTRA_SAMPLING = ["remax", "entropy_shaped"]
+
+
+@pytest.fixture(scope="module")
+def ddp_extra_sweep(tmp_path_factory, cli_env) -> Path:
+    return _torchrun_sweep(
+        tmp_path_factory.mktemp("ddp_extra"), cli_env, "trainer=ddp", "loss=grpo",
+        f"advantage={','.join(EXTRA_SAMPLING)}",
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("advantage", EXTRA_SAMPLING)
+def test_ddp_greedy_baseline_and_token_shaping_equal_one_process(
+    ddp_extra_sweep, advantage, tmp_path, monkeypatch
+):
+    check_matches_one_process(_job(ddp_extra_sweep, "grpo", advantage), tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+def test_ddp_dynamic_sampling_keeps_the_ranks_in_step(tmp_path, cli_env):
+    # The exact reward leaves most groups zero-variance: every rank refills, to the cap, in step with the other.
+    job = tmp_path / "run"  # one run, not a sweep: a sweep's job name would pass the file-name limit
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    command += ["-m", "twinkle_exp", "trainer=ddp", "reward=exact", "rollout.filter_zero_variance=true"]
+    command += [*COMMON, *TWO_CPUS, f"hydra.run.dir={job}"]
+    _check(
+        subprocess.run(
+            command, cwd=tmp_path, env=_env(cli_env), capture_output=True, text=True, timeout=TIMEOUT
+        )
+    )
+    ranks = load_captures(job)
+    assert relative_difference(ranks[1]["after"], ranks[0]["after"]) < 1e-7
+    assert all(c["rollouts"][0]["input_ids"].shape[0] == 16 for c in ranks)  # each rank's share kept its size
+    logged = read_metrics(job / "metrics.csv")
+    draws = [v for (step, key), v in logged.items() if key == M.DYNAMIC_EXTRA_DRAWS]
+    assert draws and all(0 <= v <= 4 for v in draws)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("advantage", ADVANTAGES)
 @pytest.mark.parametrize("loss", ["grpo", "bnpo"])

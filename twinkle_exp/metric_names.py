@@ -35,7 +35,20 @@ LOGP_MISMATCH_MAX = "train/logp_mismatch/max"
 # the old log-probs and the loss score (docs/experiment.md, "Top-k and top-p").
 SAMPLER_FILTERED_MASS = "train/sampler/filtered_mass"
 ROLLOUT_INDEX = "train/rollout"
+# ReMax's baseline (advantage=remax): greedy completions drawn, one per prompt over every rank, not trained on.
+GREEDY_BASELINE_SAMPLES = "train/greedy_baseline/samples"
+# Dynamic sampling (rollout.filter_zero_variance), over every rank: the share of the first draw's groups whose
+# rewards were all equal, the completions drawn beyond the rollout's (refills, used or not), the sampling
+# passes beyond the first, and the zero-variance groups still in the batch when max_extra_draws ran out
+# (cap_hit 1: the rollout trained on them).
+DYNAMIC_DROPPED_FRACTION = "train/dynamic_sampling/dropped_fraction"
+DYNAMIC_EXTRA_SAMPLES = "train/dynamic_sampling/extra_samples"
+DYNAMIC_EXTRA_DRAWS = "train/dynamic_sampling/extra_draws"
+DYNAMIC_ZERO_VARIANCE_LEFT = "train/dynamic_sampling/zero_variance_left"
+DYNAMIC_CAP_HIT = "train/dynamic_sampling/cap_hit"
 TIME_ROLLOUT = "time/rollout_s"
+TIME_GREEDY_BASELINE = "time/greedy_baseline_s"  # drawing and scoring ReMax's greedy completions
+TIME_DYNAMIC_SAMPLING = "time/dynamic_sampling_s"  # the refills' sampling and scoring
 TIME_REFERENCE = "time/reference_s"
 TIME_UPDATE = "time/update_s"
 ROLLOUT_TOKENS_PER_S = "time/rollout_tokens_per_s"

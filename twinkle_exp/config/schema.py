@@ -20,6 +20,7 @@ from twinkle_exp.loss.advantages import ESTIMATORS, SCALES
 from twinkle_exp.loss.params import (
     at_most,
     finite,
+    greater_than,
     int_at_least,
     non_negative,
     one_of,
@@ -104,6 +105,11 @@ class RolloutConfig:
     # sampler / trainer mismatch of vLLM + an fp32 trainer, made on purpose (train/logp_mismatch/*
     # measures it; optim.rollout_correction corrects for it). null: sample from the policy itself.
     sampler_dtype: str | None = param(None, optional(one_of(SAMPLER_DTYPES)))
+    # Dynamic sampling (DAPO, arXiv 2503.14476): drop the groups whose rewards are all equal (no signal under a
+    # group baseline) and draw fresh prompts' groups in their place, at most max_extra_draws more sampling
+    # passes per rollout; past that the rollout trains on what it has (training/dynamic_sampling.py).
+    filter_zero_variance: bool = False
+    max_extra_draws: int = param(4, int_at_least(1))
 
 
 @dataclass
@@ -116,6 +122,9 @@ class AdvantageConfig(Related):
     )  # group | batch | none: group_relative's (passk: group | none)
     eps: float = param(1e-6, non_negative)
     positive_weight: float = param(0.1, positive)  # w_reinforce's lambda, the weight of correct samples
+    # entropy_shaped: A + min(alpha * H_t, |A| / kappa) per token (arXiv 2506.14758); kappa > 1 keeps the sign
+    entropy_alpha: float = param(0.4, positive)
+    entropy_kappa: float = param(2.0, greater_than(1.0))
 
     @staticmethod
     def relations(c: Mapping[str, Any]) -> list[str]:

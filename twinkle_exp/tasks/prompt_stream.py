@@ -49,3 +49,17 @@ def prompts_per_rank(prompts_per_step: int, ranks: int) -> int:
             f"evenly so that every rank holds whole groups"
         )
     return prompts_per_step // ranks
+
+
+class FreshPrompts:
+    """Prompts for dynamic sampling's refills (`training/dynamic_sampling.py`) of one rollout, from a stream
+    of their own, seeded by the run's seed, the rank and the rollout's index: the main stream stays what it
+    is with the switch on or off, and a resumed run that redraws a rollout gets the same refills."""
+
+    def __init__(self, task: Task, seed: int, rank: int, rollout: int) -> None:
+        self.task = task
+        self.rng = random.Random(f"{seed}-{rank}-refill-{rollout}")
+
+    def __call__(self, n: int) -> dict[str, list[str]]:
+        examples = self.task.sample(n, self.rng)
+        return {"prompts": [e.prompt for e in examples], "answers": [e.answer for e in examples]}

@@ -20,6 +20,7 @@ from twinkle_exp.policy.build import Policy
 from twinkle_exp.rewards import RewardSet
 from twinkle_exp.sampling.generate import RolloutBatch
 from twinkle_exp.tasks import Task
+from twinkle_exp.tasks.prompt_stream import FreshPrompts
 from twinkle_exp.tracking.loggers import log_metrics, log_samples
 from twinkle_exp.tracking.samples_logger import keep_samples
 from twinkle_exp.training import rl_step, state
@@ -119,7 +120,10 @@ class PolicyModule(L.LightningModule):
         if self.pending is None:
             self.validator.before_rollout(self)
             shuffler = self.generators.shuffler
-            self.pending = rl_step.new_rollout(self.parts, batch, self.global_step, self._rollout, shuffler)
+            fresh = FreshPrompts(self.task, self.seed, self.global_rank, self.rollouts_done)
+            self.pending = rl_step.new_rollout(
+                self.parts, batch, self.global_step, self._rollout, shuffler, fresh
+            )
         else:
             self.pending.check_replayed(batch["prompts"])
         plan, start = self.pending, time.perf_counter()

@@ -23,17 +23,19 @@ import torch
 from twinkle_exp import metric_names as M
 from twinkle_exp.lifecycle.nonfinite import NonFiniteGuard
 from twinkle_exp.lifecycle.run_end import RunEnd
-from twinkle_exp.loss.advantages import AdvantageSettings, estimate
+from twinkle_exp.loss.advantages import ESTIMATORS, estimate, token_shaping
 from twinkle_exp.parallel import collectives
 from twinkle_exp.parallel.sharding import gathered
 from twinkle_exp.policy.logprobs import sequence_logps
 from twinkle_exp.rewards import NonFiniteRewardError
 from twinkle_exp.sampling.generate import Decoding, RolloutBatch, generate
 from twinkle_exp.tracking.loggers import log_metrics
+from twinkle_exp.training import dynamic_sampling
+from twinkle_exp.training.greedy_baseline import greedy_rewards
 from twinkle_exp.training.old_logps import recompute_old_logps
 from twinkle_exp.training.prompt_repeats import rollout_repeats_prompt
 from twinkle_exp.training.rollout_metrics import RolloutRows, StageTimer, rollout_metrics
-from twinkle_exp.training.step_parts import StepParts, sampling_options
+from twinkle_exp.training.step_parts import StepParts, advantage_settings, sampling_options
 from twinkle_exp.training.update_plan import UpdatePlan, shuffled_steps
 from twinkle_exp.training.update_step import accumulate_gradients
 
@@ -97,14 +99,20 @@ def plan(
     scores: Scores,
     shuffler: torch.Generator,
     timer: StageTimer,
+    greedy: torch.Tensor | None = None,
 ) -> UpdatePlan:
     """Everything the rollout's optimizer steps need: advantages, each step's rows (drawn with `shuffler`),
-    the reference's log-probs and, when they are recomputed, the old log-probs."""
+    the reference's log-probs and, when they are recomputed, the old log-probs. `greedy`: `[groups over every
+    rank]`, ReMax's greedy rewards (`greedy_baseline`), for an estimator with `needs_greedy_baseline`."""
     finite = torch.nan_to_num(scores.everyone.rewards, nan=0.0, posinf=0.0, neginf=0.0)
     a = parts.advantage
-    settings = AdvantageSettings(scale=a.scale, eps=a.eps, positive_weight=a.positive_weight)
-    adv = estimate(a.estimator, finite, rollout.group_size, scores.everyone.lengths, settings)
+    baseline = None if greedy is None else torch.nan_to_num(greedy, nan=0.0, posinf=0.0, neginf=0.0)
+    adv = estimate(
+        a.estimator, finite, rollout.group_size, scores.everyone.lengths, advantage_settings(a), baseline
+    )
     non_finite = scores.non_finite
+    if non_finite is None and greedy is not None and not torch.isfinite(greedy).all():
+        non_finite = "reward"  # a greedy baseline's
     if non_finite is None and not torch.isfinite(adv.advantages).all():
         non_finite = "advantage"
     opt, n = parts.optim, rollout.input_ids.shape[0]
@@ -154,12 +162,43 @@ def new_rollout(
     step: int,
     draw: Callable[[list[str]], RolloutBatch],
     shuffler: torch.Generator,
+    fresh: Callable[[int], Batch] | None = None,
 ) -> UpdatePlan:
-    """sample -> score -> plan: one rollout, ready for its optimizer steps (`draw` samples: `sample`)."""
-    timer = StageTimer()
+    """sample -> score -> plan: one rollout, ready for its optimizer steps (`draw` samples: `sample`).
+    `fresh(n)`: n more prompts, for dynamic sampling's refills (`rollout.filter_zero_variance`)."""
+    timer, stream_prompts, extra = StageTimer(), list(batch["prompts"]), {}
     with timer(M.TIME_ROLLOUT):
         rollout = draw(batch["prompts"])
-    return plan(parts, batch, rollout, score(parts, batch, rollout, step), shuffler, timer)
+    scores = score(parts, batch, rollout, step)
+    if parts.rollout.filter_zero_variance and scores.non_finite is None:
+        with timer(M.TIME_DYNAMIC_SAMPLING):
+            batch, rollout, scores, extra = refilled(parts, batch, rollout, scores, step, draw, fresh)
+    greedy = None
+    if ESTIMATORS[parts.advantage.estimator].needs_greedy_baseline:
+        with timer(M.TIME_GREEDY_BASELINE):
+            greedy = greedy_rewards(parts, batch["prompts"], batch["answers"])
+        extra[M.GREEDY_BASELINE_SAMPLES] = float(greedy.numel())
+    out = plan(parts, batch, rollout, scores, shuffler, timer, greedy)
+    out.sampling_metrics = extra
+    if out.prompts != stream_prompts:
+        out.stream_prompts = stream_prompts
+    return out
+
+
+def refilled(
+    parts: StepParts, batch: Batch, rollout: RolloutBatch, scores: Scores, step: int,
+    draw: Callable[[list[str]], RolloutBatch], fresh: Callable[[int], Batch] | None,
+) -> tuple[Batch, RolloutBatch, Scores, dict[str, float]]:  # fmt: skip
+    """Dynamic sampling's rollout (`dynamic_sampling.refill`): the batch, rows, scores and metrics."""
+    if fresh is None:
+        raise ValueError("rollout.filter_zero_variance=true needs a source of fresh prompts (fresh=)")
+    r = dynamic_sampling.refill(
+        batch, rollout, scores, draw=draw, score=lambda b, x: score(parts, b, x, step), fresh=fresh,
+        max_extra_draws=parts.rollout.max_extra_draws, pad_id=parts.tokenizer.pad_token_id,
+    )  # fmt: skip
+    x = r.rollout
+    everyone = RolloutRows(r.rewards, r.per_fn, x.completion_lengths, x.truncated).gathered()
+    return r.batch, x, Scores(r.rewards, r.per_fn, everyone, None, scores.metrics), r.metrics
 
 
 # --- optimizer steps ---------------------------------------------------------------------------------------
@@ -217,6 +256,7 @@ def optimizer_step(
         backward=stepper.backward,
         sampler_gap=plan.next_step == 0,
         correction=parts.optim.rollout_correction,
+        token_advantages=token_shaping(parts.advantage.estimator, advantage_settings(parts.advantage)),
     )
     lr = stepper.optimizer.param_groups[0]["lr"]
     stepper.optimizer.step()
@@ -261,6 +301,7 @@ def rollout_summary(parts: StepParts, plan: UpdatePlan, step: int, quote: bool) 
     metrics = rollout_metrics(everyone, plan.adv, seconds, epochs=parts.optim.mu)
     # What the reward functions counted (math: parse failures), over every rank's completions.
     metrics |= collectives.sum_over_ranks(plan.reward_metrics)
+    metrics |= plan.sampling_metrics  # already every rank's
     if quote:
         texts = rollout.completions
         cut = [c for c, flag in zip(texts, rollout.truncated.tolist(), strict=True) if flag]

@@ -11,6 +11,7 @@ import torch
 
 from twinkle_exp.config.schema import AdvantageConfig, OptimConfig, RolloutConfig
 from twinkle_exp.loss import LossFn
+from twinkle_exp.loss.advantages import AdvantageSettings
 from twinkle_exp.policy.build import Policy
 from twinkle_exp.policy.reference import Reference
 from twinkle_exp.rewards import RewardSet
@@ -89,3 +90,12 @@ def sampling_options(rollout: RolloutConfig) -> SamplingOptions:
 def sampled_with(rollout: RolloutConfig) -> dict[str, Any]:
     """`RolloutBatch`'s sampling fields under `rollout`'s settings (for rollouts saved without them)."""
     return {"temperature": rollout.temperature, "top_k": rollout.top_k, "top_p": rollout.top_p}
+
+
+def advantage_settings(advantage: AdvantageConfig) -> AdvantageSettings:
+    """The `advantage` config's fields that the estimators read."""
+    a = advantage
+    return AdvantageSettings(
+        scale=a.scale, eps=a.eps, positive_weight=a.positive_weight, entropy_alpha=a.entropy_alpha,
+        entropy_kappa=a.entropy_kappa,
+    )  # fmt: skip

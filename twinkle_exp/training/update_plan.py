@@ -35,6 +35,10 @@ class UpdatePlan:
     next_step: int = 0  # index into steps of the next optimizer step to run
     seconds: dict[str, float] = field(default_factory=dict)  # stage timings so far (time/*_s)
     reward_metrics: dict[str, float] = field(default_factory=dict)  # this rank's RewardSet.last_metrics
+    # What the extra sampling counted, over every rank: ReMax's greedy baseline, dynamic sampling's refills.
+    sampling_metrics: dict[str, float] = field(default_factory=dict)
+    # The prompts the stream gave, when dynamic sampling replaced some of them (None: `prompts`).
+    stream_prompts: list[str] | None = None
 
     @functools.cached_property
     def prefixes(self) -> PrefixIndex:
@@ -45,7 +49,7 @@ class UpdatePlan:
 
     def check_replayed(self, prompts: list[str]) -> None:
         """A resumed run's stream must give the interrupted rollout's prompts again."""
-        if prompts != self.prompts:
+        if prompts != (self.prompts if self.stream_prompts is None else self.stream_prompts):
             raise RuntimeError(
                 "resume: the prompt stream did not replay the interrupted rollout's prompts; was the "
                 "checkpoint written with another task or seed?"

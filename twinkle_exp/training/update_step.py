@@ -37,6 +37,7 @@ def accumulate_gradients(
     backward: Callable[[torch.Tensor], None],
     sampler_gap: bool,
     correction: RolloutCorrectionConfig | None = None,
+    token_advantages: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> StepMetrics:
     """Run `parts` of `plan.rollout` (the step's micro-batches: `[b]` long rows on the model's device, and
     their shared prompts) through `policy` and `loss_fn`, calling `backward` on each micro-batch's loss.
@@ -44,6 +45,8 @@ def accumulate_gradients(
     `guard` watches the log-probs and losses for non-finite values; `sampler_gap` also measures the
     sampler's log-probs against these (a rollout's first step, before any update). `correction` (None or
     mode "none": no weights) needs `plan.old_logps` recomputed, which the start-up checks make sure of.
+    `token_advantages` (`advantages.token_shaping`: the entropy-shaped estimator's) turns each micro-batch's
+    per-sequence advantages `[b]` into per-token ones `[b, T]` from the policy's entropies, before the loss.
     Returns the step's metrics, not yet read off the device.
     """
     b = plan.rollout
@@ -83,10 +86,13 @@ def accumulate_gradients(
                 low=correction.low,
                 high=correction.high,
             )
+        adv = advantages[part]
+        if token_advantages is not None:
+            adv = token_advantages(adv, entropy, mask[part])  # [b, T]
         out = loss_fn(
             logps=logps,
             labels=b.labels[part],
-            advantages=advantages[part],
+            advantages=adv,
             old_logps=plan.old_logps[part],
             ref_logps=None if plan.ref_logps is None else plan.ref_logps[part],
             entropies=entropy if loss_fn.needs_entropy else None,

@@ -6,6 +6,15 @@ groups whose rewards are all equal, and returns float32 advantages in the rollou
 whole step's batch, gathered over data-parallel ranks before they run, so the batch-level ones (the
 REINFORCE++ whitening) are rank-invariant by construction, and they run once per rollout, before the
 micro-split, so they are micro-batch invariant too.
+
+Two estimators need more than the rewards, and say so on their `Estimator`:
+- `needs_greedy_baseline` (ReMax): the RL step draws one greedy completion per prompt, scores it, and passes
+  its rewards (`[groups]`) to the estimator as `greedy=`; those completions are not trained on.
+- `token_shaping` (the entropy-shaped advantage): a per-token term on top of the per-sequence advantage, from
+  the policy's entropy at each token, which exists only in the update's forward pass. The update step calls
+  it on each micro-batch before the loss, which then receives `[B, T]` advantages and stays a pure function
+  of its tensors. A token's term reads only its own entropy and its own sequence's advantage, so it is
+  micro-batch and rank invariant by construction.
 """
 
 from __future__ import annotations
@@ -15,8 +24,11 @@ from dataclasses import dataclass
 
 import torch
 
-# (rewards [groups, G] float64, lengths [groups, G] float64, settings) -> advantages [groups, G] float64
-EstimatorFn = Callable[[torch.Tensor, torch.Tensor, "AdvantageSettings"], torch.Tensor]
+# (rewards [groups, G] float64, lengths [groups, G] float64, settings) -> advantages [groups, G] float64;
+# an estimator with needs_greedy_baseline also gets greedy= [groups] float64.
+EstimatorFn = Callable[..., torch.Tensor]
+# (advantages [B] one per sequence, entropies [B, T] detached, mask [B, T] bool, settings) -> [B, T]
+TokenShapingFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "AdvantageSettings"], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -26,6 +38,8 @@ class AdvantageSettings:
     scale: str = "group"  # group_relative, passk: divide by the group's std ("group"), the batch's, or not
     eps: float = 1e-6  # added to a std before dividing
     positive_weight: float = 0.1  # w_reinforce: lambda, the weight of the correct samples
+    entropy_alpha: float = 0.4  # entropy_shaped: alpha, the entropy's coefficient
+    entropy_kappa: float = 2.0  # entropy_shaped: kappa, the term is at most |A| / kappa
 
 
 @dataclass(frozen=True)
@@ -37,6 +51,8 @@ class Estimator:
     min_group_size: int = 1
     scales: tuple[str, ...] = ("group",)  # the `advantage.scale` values it accepts ("group": the default)
     reads: tuple[str, ...] = ()  # AdvantageSettings fields it reads besides `scale` and `eps`
+    needs_greedy_baseline: bool = False  # gets greedy= [groups], the reward of a greedy completion per prompt
+    token_shaping: TokenShapingFn | None = None  # a per-token term added in the update (see the module doc)
 
 
 ESTIMATORS: dict[str, Estimator] = {}
@@ -80,9 +96,12 @@ def estimate(
     group_size: int,
     lengths: torch.Tensor | None = None,
     settings: AdvantageSettings = AdvantageSettings(),
+    greedy_rewards: torch.Tensor | None = None,
 ) -> AdvantageResult:
     """Advantages of estimator `name` for `rewards` `[N]` (groups contiguous: rewards[g*G:(g+1)*G] are one
-    prompt's completions) and completion `lengths` `[N]` (tokens; needed by the length-weighted ones)."""
+    prompt's completions) and completion `lengths` `[N]` (tokens; needed by the length-weighted ones).
+    `greedy_rewards` `[N / group_size]`: each prompt's greedy completion's reward, for the estimators with
+    `needs_greedy_baseline` (and refused by the others, so that it is never drawn for nothing)."""
     if name not in ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {name!r}; valid: {', '.join(sorted(ESTIMATORS))}")
     est = ESTIMATORS[name]
@@ -95,6 +114,11 @@ def estimate(
         raise ValueError(
             f"advantage estimator {name} needs group_size >= {est.min_group_size}, got {group_size}"
         )
+    if (greedy_rewards is not None) != est.needs_greedy_baseline:
+        need = "needs" if est.needs_greedy_baseline else "does not take"
+        raise ValueError(
+            f"advantage estimator {name} {need} greedy_rewards (one greedy completion per prompt)"
+        )
     if rewards.numel() == 0:
         return AdvantageResult(rewards.new_zeros(0, dtype=torch.float32), 0.0, 0)
     if lengths is None:
@@ -104,10 +128,38 @@ def estimate(
     # float64 for the statistics: rewards near 1e3 in float32 lose the small differences.
     grouped = rewards.detach().to(torch.float64).reshape(-1, group_size)  # [groups, G]
     lens = lengths.detach().to(torch.float64).reshape(-1, group_size)  # [groups, G]
-    advantages = est.fn(grouped, lens, settings)  # [groups, G]
+    extra = (
+        {"greedy": _greedy_column(name, greedy_rewards, grouped.shape[0])}
+        if greedy_rewards is not None
+        else {}
+    )
+    advantages = est.fn(grouped, lens, settings, **extra)  # [groups, G]
     zero_std = grouped.amax(dim=1) == grouped.amin(dim=1)  # [groups] bool
     if est.group_baseline:
         # r - mean can leave float round-off that a division would blow up into noise
         advantages = advantages.masked_fill(zero_std[:, None], 0.0)
     num_zero = int(zero_std.sum())
     return AdvantageResult(advantages.reshape(-1).to(torch.float32), num_zero / grouped.shape[0], num_zero)
+
+
+def _greedy_column(name: str, greedy_rewards: torch.Tensor, groups: int) -> torch.Tensor:
+    """`[groups]` float64 greedy rewards, checked."""
+    if greedy_rewards.shape != (groups,):
+        raise ValueError(
+            f"advantage estimator {name}: greedy_rewards must be [groups] = ({groups},), one per prompt, "
+            f"got {tuple(greedy_rewards.shape)}"
+        )
+    if not torch.isfinite(greedy_rewards).all():
+        raise ValueError(f"advantage estimator {name}: greedy_rewards must be finite (got NaN or inf)")
+    return greedy_rewards.detach().to(torch.float64)
+
+
+def token_shaping(
+    name: str, settings: AdvantageSettings
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None:
+    """The update's per-token advantages of estimator `name`, or None when it has no per-token term:
+    `(advantages [B], entropies [B, T], mask [B, T] bool) -> [B, T]`, the entropies detached first."""
+    shaping = ESTIMATORS[name].token_shaping
+    if shaping is None:
+        return None
+    return lambda adv, entropies, mask: shaping(adv, entropies.detach(), mask, settings)
