@@ -103,3 +103,48 @@ def test_a_policy_that_never_stops_is_warned_of_once_at_the_first_validation(cap
     assert first[M.VAL_CLIPPED_RATIO] > 0.5  # the precondition: most of the 8 answers were cut off
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "rollout.max_new_tokens=8 without EOS" in lines[0]
+
+
+def test_sampled_validation_gives_pass_at_k_and_mean_at_n(monkeypatch):
+    """n = 4 samples of each of 3 prompts, right 0, 1 and 3 times: pass@k from the closed form
+    1 - C(4 - c, k) / C(4, k) averaged over the prompts, mean@4 = (0 + 1 + 3) / 12."""
+    from math import comb
+
+    from twinkle_exp.config.schema import ValSamplesConfig
+
+    right = {"a": 0, "b": 1, "c": 3}
+    examples = [Example(p, "X") for p in right]
+
+    def generate(model, tokenizer, prompts, options, generator=None, **kwargs):
+        assert options.group_size == 4 and options.temperature == 0.7 and not options.greedy
+        assert generator is not None  # never the training's global stream
+        completions = [("X" if i < right[p] else "Y") for p in prompts for i in range(4)]
+        return decoded(completions, [False] * len(completions))
+
+    monkeypatch.setattr(evaluation, "generate", generate)
+    settings = ValSamplesConfig(n=4, temperature=0.7, ks=[1, 2, 4])
+    totals = evaluation.sampled_totals(
+        nn.Linear(1, 1),
+        None,
+        examples,
+        RewardSet([RewardFunction("exact", exact_match)]),
+        settings,
+        max_new_tokens=4,
+        batch_size=8,  # 2 prompts a chunk: the counts must not mix across chunks
+        generator=torch.Generator().manual_seed(0),
+    )
+    metrics = evaluation.sampled_metrics(totals, settings)
+    expected = {k: sum(1 - comb(4 - c, k) / comb(4, k) for c in right.values()) / 3 for k in (1, 2, 4)}
+    assert set(metrics) == {M.VAL_MEAN_AT + "4", *(M.VAL_PASS_AT + str(k) for k in (1, 2, 4))}
+    for k, value in expected.items():
+        assert metrics[M.VAL_PASS_AT + str(k)] == pytest.approx(value, abs=1e-12)
+    assert metrics[M.VAL_PASS_AT + "4"] == pytest.approx(2 / 3)  # prompts b and c
+    assert metrics[M.VAL_MEAN_AT + "4"] == pytest.approx(4 / 12)
+
+
+def test_sampled_validation_settings_refuse_k_above_n():
+    from twinkle_exp.config.schema import ValSamplesConfig
+
+    with pytest.raises(ValueError, match="each k must lie in 1..n = 4"):
+        ValSamplesConfig(n=4, ks=[1, 8])
+    assert ValSamplesConfig(n=3).resolved_ks() == [1, 2, 3]
