@@ -17,7 +17,7 @@ from twinkle_exp import metric_names as M
 
 from ..loading.metrics_csv import Series
 from ..loading.runs import Run
-from ..statistics.series import first_quarter, last_quarter, values
+from ..statistics.series import first_quarter, last_quarter, last_value, values
 
 
 def quarter_change(series: Series) -> float:
@@ -37,10 +37,6 @@ def run_mean(series: Series) -> float:
 def first_value(series: Series) -> float:
     """The first logged value: the validation before training, the warm-start's figure."""
     return float(series[0][1])
-
-
-def last_value(series: Series) -> float:
-    return float(series[-1][1])
 
 
 def last_minus_first(series: Series) -> float:
