@@ -148,3 +148,41 @@ def test_sampled_validation_settings_refuse_k_above_n():
     with pytest.raises(ValueError, match="each k must lie in 1..n = 4"):
         ValSamplesConfig(n=4, ks=[1, 8])
     assert ValSamplesConfig(n=3).resolved_ks() == [1, 2, 3]
+
+
+def _csv_rows(path):
+    import csv
+
+    return list(csv.DictReader(path.open()))
+
+
+@pytest.mark.slow
+def test_a_run_with_sampled_validation_logs_pass_at_k_and_trains_as_without(run_cli, tmp_path):
+    """Through the CLI: val/pass@1, val/pass@4 and val/mean@4 at the first validation, every 2nd one and the
+    last, nowhere else; and the training's figures equal a run's without them (its own random stream)."""
+    common = ["debug=fast", "logger=csv", "trainer.max_steps=12", "trainer.val_every=1"]
+    sampled = [
+        *common,
+        "trainer.val_samples.n=4",
+        "trainer.val_samples.ks=[1,4]",
+        "trainer.val_samples.every=2",
+    ]
+    for name, args in (("sampled", sampled), ("plain", common)):
+        proc = run_cli(*args, f"hydra.run.dir={tmp_path / name}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = _csv_rows(tmp_path / "sampled" / "metrics.csv")
+    keys = [M.VAL_PASS_AT + "1", M.VAL_PASS_AT + "4", M.VAL_MEAN_AT + "4"]
+    at = {int(r["step"]): r for r in rows if r.get(keys[0])}
+    assert sorted(at) == [0, 8, 12]  # rollouts 0 and 2 of 3 (every 2nd validation), and the last step
+    validated = {int(r["step"]) for r in rows if r.get(M.VAL_ACCURACY)}
+    assert validated >= {0, 4, 8, 12}  # the greedy ones go on as before
+    for r in at.values():
+        p1, p4, mean = (float(r[k]) for k in keys)
+        assert 0.0 <= p1 <= p4 <= 1.0 and mean == pytest.approx(p1)  # mean@n is pass@1's estimate
+    plain = _csv_rows(tmp_path / "plain" / "metrics.csv")
+    assert M.VAL_PASS_AT + "1" not in plain[0]  # off by default
+
+    def losses(rs):
+        return [(r["step"], r[M.LOSS]) for r in rs if r.get(M.LOSS)]
+
+    assert losses(rows) and losses(rows) == losses(plain)
