@@ -143,7 +143,7 @@ def write_run_dir(sweep: Path, r: Run) -> None:
     steps = sorted({s for k in keys for s in columns[k]})
     rows = [",".join(["step", *keys])]
     rows += [
-        ",".join([str(step), *(repr(columns[k].get(step, "")) if step in columns[k] else "" for k in keys)])
+        ",".join([str(step), *(repr(float(columns[k][step])) if step in columns[k] else "" for k in keys)])
         for step in steps
     ]
     (job / "metrics.csv").write_text("\n".join(rows) + "\n")
@@ -204,3 +204,23 @@ def test_mean_pass_curve_averages_the_final_pass_at_k_over_k():
     r = run("advantage=group", 0, metrics)
     assert mean_pass_curve(metrics[PASS_AT_1], r) == pytest.approx(np.mean([k / 16 for k in range(1, 17)]))
     assert PASS_AT_K in metrics
+
+
+def test_a_pass_at_k_claim_is_decided_and_drawn_against_k(tmp_path, capsys):
+    """rl_passk_small_k on runs built for it: the RL arm's pass@1 is 20 points above the warm-start's,
+    its greedy accuracy rose 10 points (the precondition): "different", and the page shows pass@k against k."""
+    sweep = tmp_path / "sweep"
+    noise = np.random.default_rng(3).normal(0.0, 0.01, 10)
+    for s in range(10):
+        rl = {M.VAL_PASS_AT + str(k): [(0, 0.1 * k / 4), (200, 0.3 + 0.02 * k + noise[s])] for k in (1, 2, 4)}
+        rl[M.VAL_ACCURACY] = [(0, 0.3), (200, 0.4)]
+        base = {M.VAL_PASS_AT + str(k): [(0, 0.1 * k / 4 + noise[s] / 2)] for k in (1, 2, 4)}
+        base[M.VAL_ACCURACY] = [(0, 0.3)]
+        write_run_dir(sweep, run("trainer.max_steps=200", s, rl))
+        write_run_dir(sweep, run("trainer.max_steps=0", s, base))
+    assert findings_main([str(sweep), "--finding", "rl_passk_small_k"]) == 0
+    assert capsys.readouterr().out.startswith("rl_passk_small_k: different")
+    out = sweep / "findings"
+    assert (out / "rl_passk_small_k_pass_at_k.png").is_file()
+    page = (out / "findings.md").read_text()
+    assert "rl_passk_small_k_pass_at_k.png" in page and "measured 0.1, met" in page

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
+from twinkle_exp import metric_names as M
+
 from ..loading.runs import Run, load_runs
 from ..rendering.plots import PlotSpec, plot_metric
+from ..rendering.plots_pass_at_k import plot_pass_at_k
 from .claims import CLAIMS, Claim
 from .verdict import Verdict, decide
 
@@ -115,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         spec = PlotSpec(claim.key, f"{name}.png", f"{name}: {claim.key}", claim.key)
         plot = plot_metric(arms, spec, out)
         sections.append(render(verdict, runs, plot))
+        if claim.key.startswith(M.VAL_PASS_AT):  # the pass@k claims: the whole curve against k, per arm
+            curve = plot_pass_at_k(arms, out, filename=f"{name}_pass_at_k.png")
+            if curve is not None:
+                sections[-1] += f"\n![pass@k against k]({curve.name})\n"
         p = verdict.pair
         figures = (
             ""

@@ -39,9 +39,12 @@ def _at(runs: list[Run], ks: list[int], index: int) -> np.ndarray:
 
 
 def plot_pass_at_k(
-    variants: dict[str, list[Run]], out_dir: Path, colors: dict[str, object] | None = None
+    variants: dict[str, list[Run]],
+    out_dir: Path,
+    colors: dict[str, object] | None = None,
+    filename: str = FILENAME,
 ) -> Path | None:
-    """Write `out_dir/pass_at_k.png`; None (nothing written) when no finished run logged val/pass@k."""
+    """Write `out_dir/filename`; None (nothing written) when no finished run logged val/pass@k."""
     finished = {label: [r for r in runs if r.finished] for label, runs in variants.items()}
     ks = logged_ks([r for runs in finished.values() for r in runs])
     if not ks:
@@ -74,6 +77,6 @@ def plot_pass_at_k(
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.35)
     ax.legend(loc="best", fontsize="small", title=f"all variants: {shared}" if shared else None)
-    path = out_dir / FILENAME
+    path = out_dir / filename
     fig.savefig(path, format="png")
     return path
