@@ -225,7 +225,9 @@ def test_reward_option_builds_callables(option):
     total, per_fn = rewards(prompts, completions, answers)
     assert total.shape == (3,)
     assert set(per_fn) == set(cfg.reward.functions)
-    assert total[0] > total[1]  # the exact answer beats a wrong one under every shipped reward
+    if option == "random":  # the negative control: the answer does not matter (tests/test_rewards.py)
+        return
+    assert total[0] > total[1]  # the exact answer beats a wrong one under every other shipped reward
     for term in rewards.functions:
         if hasattr(term.fn, "close"):
             term.fn.close()  # the math checker's worker processes

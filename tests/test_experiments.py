@@ -115,6 +115,32 @@ EXPECTED = {
         "values": {"advantage.scale": "group", "loss.m2_threshold": 0.04},
         "cites": ["Zheng", "Stale Data", "2025", "2510.01161", "AReaL"],
     },
+    "spurious_on_policy": {
+        "target": "twinkle_exp.loss.GRPOLoss",
+        "values": {
+            "optim.mu": 1,
+            "optim.num_minibatches": 1,
+            "rollout.prompts_per_step": 4,
+            "loss.beta": 0.0,
+        },
+        "cites": ["Shao", "Spurious Rewards", "2025"],
+    },
+    "spurious_off_policy": {
+        "target": "twinkle_exp.loss.GRPOLoss",
+        "values": {
+            "optim.mu": 1,
+            "optim.num_minibatches": 4,
+            "rollout.prompts_per_step": 16,
+            "loss.beta": 0.0,
+        },
+        "cites": ["Shao", "Spurious Rewards", "2025"],
+    },
+    # Not a recipe: the control arm of the claims about what RL adds (conf/sweep/claim_*.yaml).
+    "warm_start_only": {
+        "target": "twinkle_exp.loss.GRPOLoss",
+        "values": {"trainer.max_steps": 0},
+        "cites": [],
+    },
     # Not a paper's recipe: a real model that learns in minutes on a CPU (docs/real-models.md, "SmolLM2-135M-Instruct: a real pretrained model on a CPU").
     "smollm2_addition": {
         "target": "twinkle_exp.loss.GRPOLoss",

@@ -475,3 +475,49 @@ def test_a_finished_run_whose_metrics_csv_was_cut_is_left_out_saying_why(tmp_pat
     assert runs["seed=0"].problems == []
     [stats] = summarize(list(runs.values()), threshold=0.5)
     assert stats.final_accuracy == pytest.approx([0.6]) and stats.evaluated == 1
+
+
+def test_pass_at_k_curves_are_plotted_per_variant_when_the_runs_sampled(tmp_path: Path) -> None:
+    """Runs with val/pass@1, 2, 4 at their first and last validation (trainer.val_samples): one plot of
+    pass@k against k, a line and band per variant; a sweep without them has no such plot or line."""
+    from twinkle_exp import metric_names as M
+    from twinkle_exp.report.rendering.plots_pass_at_k import FILENAME, TITLE, logged_ks
+
+    sweep = tmp_path / "multirun"
+    keys = [M.VAL_PASS_AT + str(k) for k in (1, 2, 4)]
+    for loss, gain in (("grpo", 0.3), ("sapo", 0.1)):
+        for seed in range(3):
+            job = write_job(
+                sweep, f"{loss}_{seed}", [f"loss={loss}", f"seed={seed}"], status="finished", wall=1.0
+            )
+            with (job / "metrics.csv").open("w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=["step", "val/accuracy", *keys])
+                writer.writeheader()
+                for step, lift in ((0, 0.0), (10, gain)):
+                    row = {"step": step, "val/accuracy": 0.2 + lift}
+                    row.update(
+                        {
+                            key: min(1.0, 0.1 * k + lift + 0.01 * seed)
+                            for key, k in zip(keys, (1, 2, 4), strict=True)
+                        }
+                    )
+                    writer.writerow(row)
+    assert logged_ks(load_runs([sweep])) == [1, 2, 4]
+    assert main([str(sweep)]) == 0
+    image = imread(sweep / "report" / FILENAME)
+    assert image.ndim == 3 and image.shape[0] > 100
+    assert image[..., :3].std() > 0.05  # lines and bands drawn, not a blank canvas
+    assert TITLE in (sweep / "report" / "report.md").read_text()
+
+    plain = tmp_path / "plain"
+    write_job(
+        plain,
+        "0",
+        ["loss=sapo", "seed=0"],
+        status="finished",
+        rows=lightning_rows({0: 0.2, 5: 0.6}, 5, None),
+        wall=1.0,
+    )
+    assert main([str(plain)]) == 0
+    assert not (plain / "report" / FILENAME).exists()
+    assert "pass@k" not in (plain / "report" / "report.md").read_text()

@@ -153,3 +153,18 @@ def test_reward_set_construction_errors():
         RewardFunction("w", "exact_match")
     with pytest.raises(ValueError, match="non-empty string"):
         RewardFunction("", exact_match)
+
+
+def test_random_reward_ignores_the_answer_and_is_reproducible():
+    from twinkle_exp.rewards import RandomReward
+
+    prompts, answers = ["p"] * 4000, ["3"] * 4000
+    right, wrong = ["3"] * 4000, ["4"] * 4000
+    first, again = RandomReward(0.5, seed=7), RandomReward(0.5, seed=7)
+    a = first(prompts, right, answers)
+    assert a == again(prompts, wrong, answers)  # the same draw whatever the completions say
+    assert set(a) == {0.0, 1.0} and abs(sum(a) / len(a) - 0.5) < 0.03  # Bernoulli(0.5): sd 0.008
+    assert first(prompts, right, answers) != a  # each call draws afresh
+    assert RandomReward(0.0)(prompts, right, answers) == [0.0] * 4000
+    with pytest.raises(ValueError, match=r"probability must lie in \[0, 1\]"):
+        RandomReward(1.5)

@@ -59,6 +59,14 @@ VAL_CLIPPED_RATIO = "val/clipped_ratio"  # greedy answers with no EOS within max
 # + the answer's length in characters: val/accuracy on the held-out answers of that length (tasks with a few
 # distinct lengths only), the breakdown that shows whether a plateau is the task's limit or the loss's.
 VAL_ACCURACY_BY_LENGTH = "val/accuracy_by_length/"
+# Sampled validation (trainer.val_samples, off by default): n completions per held-out prompt at
+# val_samples.temperature. + k: the unbiased pass@k of Chen et al. 2021 (training/pass_at_k.py), the chance
+# that at least one of k of the n samples is right, averaged over prompts; + n: the mean share of the n
+# samples that are right (mean@n, the sampled accuracy; its expectation is pass@1 for every k, so it is
+# logged once, at k = n). time/val_samples_s: the seconds the sampled validation took on this rank.
+VAL_PASS_AT = "val/pass@"
+VAL_MEAN_AT = "val/mean@"
+TIME_VAL_SAMPLES = "time/val_samples_s"
 SAMPLES_TABLE = "samples"
 
 # The loss's metrics, as logged by the trainer.

@@ -223,6 +223,39 @@ class WarmupConfig:
 
 
 @dataclass
+class ValSamplesConfig(Related):
+    # Sampled validation beside the greedy one (training/evaluation.py, docs/experiment.md): n completions
+    # per held-out prompt at `temperature`, scored into val/pass@k for each k of `ks` (null: 1..n) and
+    # val/mean@n. 0 samples: off (the default: at n = 16 it decodes 16 times the greedy pass's tokens).
+    n: int = param(0, int_at_least(0))
+    temperature: float = param(1.0, positive)
+    ks: list[int] | None = None
+    # The evaluation's own random stream, apart from the training seed: sweeping it with the training seed
+    # fixed measures evaluation-seed variance alone. Each validation restarts it, so two validations of
+    # the same weights draw the same samples.
+    seed: int = param(0, seed_range)
+    # Sampled at the validation before training, at the last one, and at every `every`-th one between
+    # (0: only the first and the last).
+    every: int = param(0, int_at_least(0))
+
+    def resolved_ks(self) -> list[int]:
+        return list(range(1, self.n + 1)) if self.ks is None else list(self.ks)
+
+    @staticmethod
+    def relations(c: Mapping[str, Any]) -> list[str]:
+        """pass@k needs at least k samples."""
+        if c["n"] == 0 or c["ks"] is None:
+            return []
+        bad = [k for k in c["ks"] if not 1 <= k <= c["n"]]
+        if bad or not c["ks"]:
+            return [
+                f"trainer.val_samples.ks={list(c['ks'])}: each k must lie in 1..n = {c['n']} "
+                "(pass@k needs at least k samples per prompt), and the list must not be empty"
+            ]
+        return []
+
+
+@dataclass
 class TrainerConfig:
     max_steps: int = param(400, int_at_least(0))  # optimizer steps (each rollout gives mu x num_minibatches)
     accelerator: str = "auto"
@@ -233,6 +266,7 @@ class TrainerConfig:
     # Rollouts between greedy validations (also before the first and after the last).
     val_every: int = param(10, positive_int)
     val_batch_size: int = param(128, positive_int)
+    val_samples: ValSamplesConfig = field(default_factory=ValSamplesConfig)
     samples_every: int = param(25, positive_int)  # rollouts between tables of sample completions in wandb
     # samples.jsonl in the run directory (docs/operations.md): completions kept per rollout (0: no file),
     # and the file's cap in megabytes, past which only the final rollout's are added.

@@ -17,6 +17,8 @@ from .rendering.attempts import render_attempts_markdown
 from .rendering.plots import legend_labels, plot_all, variant_colors
 from .rendering.plots_intervals import TITLE as INTERVALS_TITLE
 from .rendering.plots_intervals import plot_intervals
+from .rendering.plots_pass_at_k import TITLE as PASS_AT_K_TITLE
+from .rendering.plots_pass_at_k import plot_pass_at_k
 from .rendering.render import ReportData, build_blocks, to_html, to_markdown
 from .rendering.verdicts_file import CSV_NAME, JSON_NAME, write_verdicts
 from .statistics.aggregate import DEFAULT_SCORES, Score, grid_spans, metric_score
@@ -121,6 +123,9 @@ def plot(
     colors = variant_colors(variants)
     intervals = plot_intervals(data.stats, data.scores, data.names, colors, out_dir)
     plots[INTERVALS_TITLE] = ("val/accuracy (finished runs)", intervals)
+    pass_at_k = plot_pass_at_k(variants, out_dir, colors)
+    if pass_at_k is not None:  # only runs with trainer.val_samples log it: no "skipped" line for the others
+        plots[PASS_AT_K_TITLE] = ("val/pass@k (finished runs)", pass_at_k)
     return plots
 
 

@@ -5,6 +5,7 @@ Text rewards (exact match, partial credit, length penalty, format) live in `text
 """
 
 from twinkle_exp.rewards.math_reward import MathReward, math_reward
+from twinkle_exp.rewards.random_reward import RandomReward, random_reward
 from twinkle_exp.rewards.reward_set import (
     NonFiniteRewardError,
     RewardFn,
@@ -39,4 +40,6 @@ __all__ = [
     "length_penalty",
     "math_reward",
     "partial_credit",
+    "RandomReward",
+    "random_reward",
 ]

@@ -1,18 +1,22 @@
-"""Greedy validation: decode the held-out prompts and score them against their answers."""
+"""Held-out validation: decode the held-out prompts greedily (and, with trainer.val_samples, sample n
+completions of each) and score them against their answers."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.config.schema import ValSamplesConfig
 from twinkle_exp.models import Tokenizer
 from twinkle_exp.rewards import NonFiniteRewardError, RewardSet, exact_match
-from twinkle_exp.sampling.generate import SamplingOptions, generate
+from twinkle_exp.sampling.generate import RolloutBatch, SamplingOptions, generate
 from twinkle_exp.tasks import Example
+from twinkle_exp.training.pass_at_k import check_ks, pass_at_k
 from twinkle_exp.training.rollout_metrics import TRUNCATED_MOST
 
 log = logging.getLogger(__name__)
@@ -58,19 +62,8 @@ def greedy_totals(
         decoded = generate(
             model, tokenizer, prompts, SamplingOptions(max_new_tokens=max_new_tokens, greedy=True)
         )
-        matches = None
-        try:
-            total, raw = rewards(
-                prompts, decoded.completions, answers, decoded.truncated, decoded.completion_lengths
-            )
-            reward_sum += float(total.sum())
-            matches = _verdicts(rewards, raw)
-        except NonFiniteRewardError:  # the accuracy still counts; the mean reward is NaN, as its inputs
-            reward_sum = float("nan")
-        if matches is None:
-            matches = _verdicts_alone(rewards, prompts, decoded.completions, answers, completion_answer)
-        # An answer cut off at the budget is not correct, whatever its text (see RewardSet.truncated_max).
-        hits = [m if not cut else 0.0 for m, cut in zip(matches, decoded.truncated.tolist(), strict=True)]
+        hits, chunk_reward = _scored(rewards, prompts, answers, decoded, completion_answer)
+        reward_sum += chunk_reward
         correct += sum(hits)
         cut_off += float(decoded.truncated.sum())
         for answer, hit in zip(answers, hits, strict=True):
@@ -80,6 +73,80 @@ def greedy_totals(
     device = next(model.parameters()).device
     head = torch.tensor([correct, reward_sum, len(examples), cut_off], dtype=torch.float64)
     return torch.cat([head, by_length.flatten()]).to(device)
+
+
+def _scored(
+    rewards: RewardSet,
+    prompts: list[str],
+    answers: list[str],
+    decoded: RolloutBatch,
+    completion_answer: Callable[[str], str] | None,
+) -> tuple[list[float], float]:
+    """Per row of `decoded` (one row per prompt, or `group_size` consecutive rows each): 1.0 when correct,
+    and the rows' summed total reward (NaN when a reward was not finite)."""
+    group = len(decoded.completions) // len(prompts)  # the batch's layout: a prompt's rows are consecutive
+    prompts = [p for p in prompts for _ in range(group)]
+    answers = [a for a in answers for _ in range(group)]
+    matches, reward_sum = None, float("nan")
+    try:
+        total, raw = rewards(
+            prompts, decoded.completions, answers, decoded.truncated, decoded.completion_lengths
+        )
+        reward_sum = float(total.sum())
+        matches = _verdicts(rewards, raw)
+    except NonFiniteRewardError:  # the accuracy still counts; the mean reward is NaN, as its inputs
+        pass
+    if matches is None:
+        matches = _verdicts_alone(rewards, prompts, decoded.completions, answers, completion_answer)
+    # An answer cut off at the budget is not correct, whatever its text (see RewardSet.truncated_max).
+    hits = [m if not cut else 0.0 for m, cut in zip(matches, decoded.truncated.tolist(), strict=True)]
+    return hits, reward_sum
+
+
+@torch.no_grad()
+def sampled_totals(
+    model: nn.Module,
+    tokenizer: Tokenizer,
+    examples: list[Example],
+    rewards: RewardSet,
+    settings: ValSamplesConfig,
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    generator: torch.Generator,
+    completion_answer: Callable[[str], str] | None = None,
+) -> torch.Tensor:
+    """`[2 + len(ks)]` float64 on the model's device: the number of `examples`, the sum over them of the
+    share of their `settings.n` samples (at `settings.temperature`) that are right, then for each k of
+    `settings.ks` the sum of their pass@k. Sums, as `greedy_totals`; right as `greedy_totals` judges it.
+    Draws only from `generator`, so the training's random streams are untouched. Restores the model's mode."""
+    n, ks = settings.n, settings.resolved_ks()
+    check_ks(n, ks)
+    was_training = model.training
+    model.eval()
+    options = SamplingOptions(max_new_tokens=max_new_tokens, group_size=n, temperature=settings.temperature)
+    mean_sum, pass_sums = 0.0, np.zeros(len(ks))
+    per_chunk = max(1, batch_size // n)  # about batch_size sequences decoded at once, as the greedy pass
+    for start in range(0, len(examples), per_chunk):
+        chunk = examples[start : start + per_chunk]
+        prompts, answers = [e.prompt for e in chunk], [e.answer for e in chunk]
+        decoded = generate(model, tokenizer, prompts, options, generator=generator)
+        hits, _ = _scored(rewards, prompts, answers, decoded, completion_answer)
+        correct = np.asarray(hits).reshape(len(chunk), n).sum(axis=1).round().astype(np.int64)
+        mean_sum += float((correct / n).sum())
+        pass_sums += [pass_at_k(correct, n, k).sum() for k in ks]
+    model.train(was_training)
+    device = next(model.parameters()).device
+    return torch.tensor([len(examples), mean_sum, *pass_sums], dtype=torch.float64).to(device)
+
+
+def sampled_metrics(totals: torch.Tensor, settings: ValSamplesConfig) -> dict[str, float]:
+    """val/mean@n and val/pass@k for each k, from `sampled_totals` summed over every share of the set."""
+    count, mean_sum, *pass_sums = totals.tolist()
+    metrics = {M.VAL_MEAN_AT + str(settings.n): mean_sum / count}
+    for k, total in zip(settings.resolved_ks(), pass_sums, strict=True):
+        metrics[M.VAL_PASS_AT + str(k)] = total / count
+    return metrics
 
 
 def _verdicts(rewards: RewardSet, raw: dict[str, torch.Tensor]) -> list[float] | None:

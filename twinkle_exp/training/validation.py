@@ -5,12 +5,20 @@ A run validates (greedy decoding, exact-match accuracy and mean reward) before i
 in the progress bar at once, logged by `after_checkpoint` once the end-of-training checkpoint is written,
 so that a resumed run drops that row with the others logged after the checkpoint and none is logged
 twice), and `final_figures` gives the run's result, validating once more unless the last step did.
+
+With `trainer.val_samples.n` > 0 the validation before training, the last one and every
+`val_samples.every`-th one between also sample n completions per prompt (val/pass@k, val/mean@n) from a
+generator of their own, seeded by `val_samples.seed` and the rank, so the training's streams are untouched.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+import torch
 
 from twinkle_exp import metric_names as M
 from twinkle_exp.config.schema import TrainerConfig
@@ -21,9 +29,14 @@ from twinkle_exp.tracking.loggers import log_metrics
 from twinkle_exp.training.evaluation import (
     greedy_totals,
     length_buckets,
+    sampled_metrics,
+    sampled_totals,
     startup_truncation_warning,
     validation_metrics,
 )
+
+# Mixed into the evaluation seed, so that val_samples.seed = s never draws the stream of the training's seed s.
+EVAL_STREAM = 0x5A3D
 
 
 @dataclass
@@ -48,32 +61,68 @@ class Validation:
     ) -> None:
         self.task, self.max_new_tokens = task, max_new_tokens
         self.every, self.batch_size = trainer.val_every, trainer.val_batch_size
+        self.samples = trainer.val_samples
         self.record = record
         self._startup_checked = False  # whether the validation before training was checked for truncation
 
-    def evaluate(self, module: Any) -> dict[str, float]:
+    def evaluate(self, module: Any, sampled: bool = False) -> dict[str, float]:
         """Each rank decodes its share of the held-out examples and the totals are summed, so every example
-        counts once."""
+        counts once. `sampled`: also the sampled figures, when trainer.val_samples is on."""
         held_out = self.task.validation_set()
         buckets = length_buckets(held_out)
+        share = collectives.shard(held_out)
         with gathered(module.policy):
             totals = greedy_totals(
                 module.policy,
                 module.tokenizer,
-                collectives.shard(held_out),
+                share,
                 module.rewards,
                 max_new_tokens=self.max_new_tokens,
                 batch_size=self.batch_size,
                 buckets=buckets,
                 completion_answer=self.task.completion_answer,
             )
-        return validation_metrics(collectives.all_reduce(totals, "sum"), buckets)
+            figures = validation_metrics(collectives.all_reduce(totals, "sum"), buckets)
+            if sampled and self.samples.n > 0:
+                figures.update(self._sampled(module, share))
+        return figures
+
+    def _sampled(self, module: Any, share: list) -> dict[str, float]:
+        started = time.perf_counter()
+        device = next(module.policy.parameters()).device
+        seed = np.random.SeedSequence([self.samples.seed, collectives.rank(), EVAL_STREAM])
+        generator = torch.Generator(device).manual_seed(int(seed.generate_state(1)[0]))
+        totals = sampled_totals(
+            module.policy,
+            module.tokenizer,
+            share,
+            module.rewards,
+            self.samples,
+            max_new_tokens=self.max_new_tokens,
+            batch_size=self.batch_size,
+            generator=generator,
+            completion_answer=self.task.completion_answer,
+        )
+        figures = sampled_metrics(collectives.all_reduce(totals, "sum"), self.samples)
+        figures[M.TIME_VAL_SAMPLES] = time.perf_counter() - started
+        return figures
+
+    def _samples_now(self, module: Any) -> bool:
+        """Whether the validation before this rollout samples: the first, and every `every`-th."""
+        if module.rollouts_done == 0:
+            return True
+        k = self.samples.every
+        return k > 0 and (module.rollouts_done // self.every) % k == 0
 
     def log(
-        self, module: Any, prog_bar: bool = True, figures: dict[str, float] | None = None
+        self,
+        module: Any,
+        prog_bar: bool = True,
+        figures: dict[str, float] | None = None,
+        sampled: bool = True,
     ) -> dict[str, float]:
         """Evaluate (unless `figures` of these weights are given) and log at the module's step."""
-        self.record.record(figures or self.evaluate(module), module.global_step)
+        self.record.record(figures or self.evaluate(module, sampled), module.global_step)
         if module.rollouts_done == 0 and not self._startup_checked and module.global_rank == 0:
             self._startup_checked = True  # the validation before training: said once
             startup_truncation_warning(self.record.last, self.max_new_tokens)
@@ -84,11 +133,11 @@ class Validation:
 
     def before_rollout(self, module: Any) -> None:
         if module.rollouts_done % self.every == 0:
-            self.log(module)
+            self.log(module, sampled=self._samples_now(module))
 
     def at_last_step(self, module: Any) -> None:
         # Shown now, so that the progress bar ends on the summary's accuracy.
-        self.record.final = self.evaluate(module)
+        self.record.final = self.evaluate(module, sampled=True)
         module.log("acc", self.record.final[M.VAL_ACCURACY], prog_bar=True, logger=False)
 
     def after_checkpoint(self, module: Any) -> None:

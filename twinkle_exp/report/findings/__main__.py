@@ -13,8 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
+from twinkle_exp import metric_names as M
+
 from ..loading.runs import Run, load_runs
 from ..rendering.plots import PlotSpec, plot_metric
+from ..rendering.plots_pass_at_k import plot_pass_at_k
 from .claims import CLAIMS, Claim
 from .verdict import Verdict, decide
 
@@ -37,14 +40,18 @@ def arm_means(claim: Claim, runs: list[Run], arm: str, key: str) -> str:
 def effect_line(v: Verdict) -> str:
     """The test behind the verdict: difference, interval, p, the smallest detectable effect, the ratio."""
     p, c = v.pair, v.claim
+    tested = (
+        "not tested: a precondition is absent"
+        if p.p_raw is None
+        else f"p = {p.p_raw:.3g} ({p.n_first} vs {p.n_second} seeds; a single pre-declared primary test, not adjusted)"
+    )
     line = (
         f"difference of means (treatment - control) **{_fmt(p.effect)}**, {p.confidence:.0%} {p.test} "
-        f"interval [{_fmt(p.low)}, {_fmt(p.high)}], p = {p.p_raw:.3g} ({p.n_first} vs {p.n_second} seeds; "
-        "a single pre-declared primary test, not adjusted)"
+        f"interval [{_fmt(p.low)}, {_fmt(p.high)}], {tested}"
     )
     if c.effect == "ratio" and v.ratio is not None:
         line += f"; ratio of means {_fmt(v.ratio)} (treatment / control)"
-    if p.margin is not None:
+    if p.margin is not None and p.p_equivalence is not None:
         line += f"; equivalence margin ±{_fmt(p.margin)}, TOST p = {p.p_equivalence:.3g}"
     return (
         line
@@ -66,6 +73,9 @@ def render(v: Verdict, runs: list[Run], plot: Path | None) -> str:
             f"- treatment `{c.treatment}`: {', '.join(_fmt(x) for x in v.treatment)} (mean {_fmt(np.mean(v.treatment))})",
             f"- control `{c.control}`: {', '.join(_fmt(x) for x in v.control)} (mean {_fmt(np.mean(v.control))})",
         ]
+    for check in v.preconditions:
+        state = "met" if check.met else "**absent**"
+        lines.append(f"- precondition {check.name}: measured {_fmt(check.measured)}, {state}")
     if v.pair is not None:
         lines.append(f"- {effect_line(v)}")
     if c.diagnostics:
@@ -108,11 +118,16 @@ def main(argv: list[str] | None = None) -> int:
         spec = PlotSpec(claim.key, f"{name}.png", f"{name}: {claim.key}", claim.key)
         plot = plot_metric(arms, spec, out)
         sections.append(render(verdict, runs, plot))
+        if claim.key.startswith(M.VAL_PASS_AT):  # the pass@k claims: the whole curve against k, per arm
+            curve = plot_pass_at_k(arms, out, filename=f"{name}_pass_at_k.png")
+            if curve is not None:
+                sections[-1] += f"\n![pass@k against k]({curve.name})\n"
         p = verdict.pair
         figures = (
             ""
             if p is None
-            else f": difference {_fmt(p.effect)} [{_fmt(p.low)}, {_fmt(p.high)}], p = {p.p_raw:.3g}"
+            else f": difference {_fmt(p.effect)} [{_fmt(p.low)}, {_fmt(p.high)}]"
+            + ("" if p.p_raw is None else f", p = {p.p_raw:.3g}")
         )
         print(f"{name}: {verdict.verdict}{figures}")
     (out / "findings.md").write_text("\n".join(sections), encoding="utf-8")

@@ -5,7 +5,9 @@ of the arms' difference of means (the paired t on per-seed differences when the 
 as in the report), with the paper's direction. "different": significant in the paper's direction;
 "contradicted": significant in the other; "equivalent": inside the claim's declared margin (TOST), when it
 declares one; else "inconclusive", with the smallest effect the seeds could detect. For a ratio claim the
-ratio of the arms' means is shown beside the difference; the test is the same (equal means).
+ratio of the arms' means is shown beside the difference; the test is the same (equal means). A claim's
+declared preconditions (`claims.Needs`) are measured on the runs first; when one is not met the verdict is
+"precondition absent" and the claim's statistic is not tested (its effect is shown as a description).
 """
 
 from __future__ import annotations
@@ -20,8 +22,19 @@ from ..statistics.aggregate import grid_score
 from ..statistics.comparisons import is_paired
 from ..statistics.step_grid import grid_span
 from ..statistics.threshold import common_horizon, restricted_steps
-from ..statistics.verdicts import PairData, PairVerdict, finding_verdict
-from .claims import Claim, auc_on_shared_grid, baseline_threshold, steps_to_baseline_level
+from ..statistics.verdicts import (
+    CONTRADICTED,
+    DIFFERENT,
+    PairData,
+    PairVerdict,
+    Precondition,
+    finding_verdict,
+)
+from .claims import REDUCTIONS, Claim, Needs, auc_on_shared_grid, baseline_threshold, steps_to_baseline_level
+
+# The paper's direction -> finding_verdict's `expected` (+1: treatment above control); "=" is tested as +1
+# and a "different" either way then contradicts the claim.
+DIRECTIONS = {">": 1, ">=": 1, "=": 1, "<": -1, "<=": -1}
 
 
 @dataclass(frozen=True)
@@ -32,6 +45,7 @@ class Verdict:
     pair: PairVerdict | None  # None when the claim could not be tested (the verdict says why)
     verdict: str
     threshold: float | None = None  # the accuracy a steps-to-threshold claim was measured at
+    preconditions: tuple[Precondition, ...] = ()  # each declared one, as measured on these runs
 
     @property
     def ratio(self) -> float | None:
@@ -72,6 +86,19 @@ def _shared(claim: Claim, runs: list[Run]) -> Claim | str:
     return claim
 
 
+def measure(needs: Needs, claim: Claim, runs: list[Run]) -> Precondition:
+    """`needs` measured on the finished runs of its arm(s): the mean of each run's reduced series (NaN,
+    so not met, when none logged it)."""
+    arms = (claim.treatment, claim.control) if needs.arm == "both" else (getattr(claim, needs.arm),)
+    chosen = [
+        r for r in runs if r.finished and any(a in r.overrides for a in arms) and r.metrics.get(needs.key)
+    ]
+    per_run = [REDUCTIONS[needs.reduce](r.metrics[needs.key]) for r in chosen]
+    finite = [v for v in per_run if np.isfinite(v)]
+    measured = float(np.mean(finite)) if finite else float("nan")
+    return Precondition(needs.name, measured, needs.threshold, needs.at_least)
+
+
 def decide(claim: Claim, runs: list[Run]) -> Verdict:
     """The claim's test and verdict on `runs` (raises ValueError if an arm is empty)."""
     threshold = None
@@ -90,5 +117,12 @@ def decide(claim: Claim, runs: list[Run]) -> Verdict:
         return Verdict(claim, x, y, None, why, threshold)
     paired = is_paired(runs_x, runs_y)
     data = PairData(claim.treatment, claim.control, claim.key, tuple(x), tuple(y), paired)
-    pair = finding_verdict(claim.name, data, expected=1, margin=claim.margin)
-    return Verdict(claim, x, y, pair, pair.verdict, threshold)
+    checks = tuple(measure(n, claim, runs) for n in claim.preconditions)
+    # The first one not met decides ("precondition absent", no p); all met, the first is recorded.
+    shown = next((c for c in checks if not c.met), checks[0] if checks else None)
+    pair = finding_verdict(
+        claim.name, data, expected=DIRECTIONS[claim.expected], margin=claim.margin, precondition=shown
+    )
+    if claim.expected == "=" and pair.verdict == DIFFERENT:
+        pair = dataclasses.replace(pair, verdict=CONTRADICTED)
+    return Verdict(claim, x, y, pair, pair.verdict, threshold, checks)
