@@ -40,10 +40,18 @@ def machine() -> dict:
 _KERNEL_CHANGING = ("amx", "avx512_bf16", "avx512_fp16")
 
 
-def machine_mismatch() -> str | None:
-    """Why this machine's floats may differ from the recording's: another CPU model or torch, a recorded
-    flag missing here, or an extra flag that changes the kernels; None when they match."""
-    recorded = json.loads((FIXTURES / "machine.json").read_text())
+def machine_record(name: str | None = None) -> Path:
+    """The machine fixture `name` was recorded on: its own `<stem>.machine.json` where it has one (a fixture
+    added later, recorded on another machine kind than the set), else the set's `machine.json`."""
+    own = FIXTURES / f"{Path(name).stem}.machine.json" if name else None
+    return own if own is not None and own.exists() else FIXTURES / "machine.json"
+
+
+def machine_mismatch(name: str | None = None) -> str | None:
+    """Why this machine's floats may differ from the recording of fixture `name` (the set's, when None):
+    another CPU model or torch, a recorded flag missing here, or an extra flag that changes the kernels; None
+    when they match."""
+    recorded = json.loads(machine_record(name).read_text())
     here = machine()
     diff = [
         f"{k}: {recorded[k]!r} there, {here[k]!r} here"
@@ -85,8 +93,30 @@ def run_rows(overrides: list[str], cwd: Path, env: dict, timeout: float = 600) -
     return _rows(run_dir / "metrics.csv")
 
 
+def _commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def record_one(loss: str) -> None:
+    """Record `fast_<loss>.csv` alone on this machine, with its own machine record beside it (for a loss added
+    on a machine of another kind than the set's: the set stays as recorded)."""
+    import shutil
+    import tempfile
+
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")
+    with tempfile.TemporaryDirectory() as tmp:
+        env["TWINKLE_CACHE"] = str(Path(tmp) / "cache")
+        run_rows(["debug=fast", f"loss={loss}"], Path(tmp), env, timeout=1800)
+        shutil.copy(Path(tmp) / "run" / "metrics.csv", FIXTURES / f"fast_{loss}.csv")
+    (FIXTURES / f"fast_{loss}.machine.json").write_text(
+        json.dumps({**machine(), "threads": 1, "recorded_at": _commit()}, indent=1)
+    )
+    print("recorded", f"fast_{loss}.csv")
+
+
 def record() -> None:
-    """Re-record every fixture on this machine (one thread), with the machine it was recorded on."""
+    """Re-record every fixture on this machine (one thread), with the machine it was recorded on (the
+    per-fixture machine records go: the whole set is then of one machine)."""
     import shutil
     import tempfile
 
@@ -100,13 +130,18 @@ def record() -> None:
             run_rows(overrides, cwd, env, timeout=1800)
             shutil.copy(cwd / "run" / "metrics.csv", FIXTURES / name)
             print("recorded", name)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    for own in FIXTURES.glob("fast_*.machine.json"):
+        own.unlink()
     (FIXTURES / "machine.json").write_text(
-        json.dumps({**machine(), "threads": 1, "recorded_at": commit}, indent=1)
+        json.dumps({**machine(), "threads": 1, "recorded_at": _commit()}, indent=1)
     )
 
 
 if __name__ == "__main__":
-    record()
+    # python tests/behaviour_fixtures.py            re-record the whole set
+    # python tests/behaviour_fixtures.py <loss>...  record those losses' fixtures alone, each with its machine
+    if sys.argv[1:]:
+        for name in sys.argv[1:]:
+            record_one(name)
+    else:
+        record()
