@@ -35,6 +35,7 @@ RANKS = {
     "run": 8,
     "benchmarks": 8,
     "cli": 9,
+    "diagnose": 9,
     "__main__": 10,
     "__init__": 10,
 }
