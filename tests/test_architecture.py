@@ -159,6 +159,7 @@ REPORT_RANKS = {
     "findings": 4,
     "pipeline": 5,
     "run_summary": 5,
+    "scaling": 6,
     "__main__": 6,
     "__init__": 6,
 }
