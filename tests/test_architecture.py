@@ -160,6 +160,7 @@ REPORT_RANKS = {
     "pipeline": 5,
     "run_summary": 5,
     "scaling": 6,
+    "tuning": 6,
     "__main__": 6,
     "__init__": 6,
 }
