@@ -31,10 +31,11 @@ def make_module(
     dropout: float = 0.0,
     model: dict | None = None,
     task: Task | None = None,
+    rollout: dict | None = None,
     **optim: Any,
 ) -> PolicyModule:
     """A random tiny policy (no warm-start) on 4 prompts x 4 samples of `task` (default: addition), with
-    `optim` overrides. `model` overrides the policy's size (default: 1 layer of width 32).
+    `optim` overrides (`rollout`: the rollout's). `model` overrides the policy's size (default: 1 layer of width 32).
 
     Sampling a random policy at temperature 1 writes random characters, so the digit fraction differs within
     a group, the advantages are non-zero, and every parameter gets a non-zero policy-gradient. Such text
@@ -51,7 +52,9 @@ def make_module(
         task,
         rewards,
         loss,
-        rollout=RolloutConfig(prompts_per_step=4, group_size=4, max_new_tokens=8),
+        rollout=RolloutConfig(
+            **{"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 8} | (rollout or {})
+        ),
         advantage=AdvantageConfig(scale="group"),
         optim=OptimConfig(**{"lr": 1e-3, "mu": 2, "num_minibatches": 2, "max_grad_norm": 1.0} | optim),
         trainer=TrainerConfig(val_every=10, val_batch_size=8, samples_every=1000),

@@ -35,6 +35,7 @@ RANKS = {
     "run": 8,
     "benchmarks": 8,
     "cli": 9,
+    "diagnose": 9,
     "__main__": 10,
     "__init__": 10,
 }
@@ -158,6 +159,8 @@ REPORT_RANKS = {
     "findings": 4,
     "pipeline": 5,
     "run_summary": 5,
+    "scaling": 6,
+    "tuning": 6,
     "__main__": 6,
     "__init__": 6,
 }

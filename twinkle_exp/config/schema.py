@@ -110,6 +110,10 @@ class RolloutConfig:
     # passes per rollout; past that the rollout trains on what it has (training/dynamic_sampling.py).
     filter_zero_variance: bool = False
     max_extra_draws: int = param(4, int_at_least(1))
+    # Sample (and recompute the old log-probs) with the policy of this many optimizer steps ago: the
+    # stale rollouts of an asynchronous trainer, simulated with lagged copies of the trainable weights
+    # (training/staleness.py). 0: the policy as it is.
+    staleness: int = param(0, int_at_least(0))
 
 
 @dataclass
@@ -316,7 +320,8 @@ class Config(Related):
 
     @staticmethod
     def relations(c: Mapping[str, Any]) -> list[str]:
-        """An optimizer step needs at least one sample of the rollout."""
+        """An optimizer step needs at least one sample of the rollout; the lagged weights of
+        rollout.staleness are whole copies, which FSDP's shards are not; the overlong buffer fits the budget."""
         rows = c["rollout"]["prompts_per_step"] * c["rollout"]["group_size"]
         minibatches = c["optim"]["num_minibatches"]
         problems = []
@@ -324,6 +329,13 @@ class Config(Related):
             problems.append(
                 f"optim.num_minibatches={minibatches}: a rollout has only {rows} samples "
                 f"(rollout.prompts_per_step x rollout.group_size); use at most {rows}"
+            )
+        trainer = c["trainer"] if isinstance(c["trainer"], Mapping) else {}  # MISSING in a partial config
+        staleness, strategy = c["rollout"].get("staleness", 0), trainer.get("strategy")
+        if isinstance(staleness, int) and staleness > 0 and strategy == "fsdp2":
+            problems.append(
+                f"rollout.staleness={staleness} with trainer=fsdp: the lagged copies are of whole weights, "
+                "not of FSDP shards; use trainer=ddp or a single device"
             )
         reward = c["reward"] if isinstance(c["reward"], Mapping) else {}  # MISSING in a partial config
         buffer, budget = reward.get("overlong_buffer", 0), c["rollout"]["max_new_tokens"]

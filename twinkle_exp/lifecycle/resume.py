@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 
 # What makes a checkpoint another experiment's: resuming with a different value is refused.
 IDENTITY_KEYS = ("loss", "task", "policy", "seed")
+# Settings whose saved state a checkpoint holds only for the value it was trained with (missing: 0).
+FIXED_SETTINGS = ("rollout.staleness",)  # the ring of lagged weights (training/staleness.py)
 
 
 @dataclass
@@ -113,6 +115,14 @@ def check_resume_config(start: Start, config: dict[str, Any]) -> None:
             f"resume refused: {start.checkpoint} belongs to another experiment ({listed}). The loss, task, "
             "policy and seed must match the checkpoint's; to change them start a new run directory"
         )
+    for key in FIXED_SETTINGS:
+        old, new = differences.get(key, (0, 0))
+        if (old or 0) != (new or 0):
+            raise UserError(
+                f"resume refused: {start.checkpoint} was trained with {key}={old or 0} and this run has "
+                f"{key}={new}; the checkpoint holds the state of its own value only. Resume with "
+                f"{key}={old or 0}, or start a new run directory"
+            )
     for key in ("resume", "previous_run"):  # how to start, not what is run
         differences.pop(key, None)
     if differences:

@@ -25,6 +25,7 @@ from .statistics.aggregate import DEFAULT_SCORES, Score, grid_spans, metric_scor
 from .statistics.aggregate import summarize as summarize_variants
 from .statistics.comparisons import compare_all
 from .statistics.verdicts import DEFAULT_MARGINS
+from .statistics.warm_starts import split_sentences
 
 
 class Refusal(Exception):
@@ -111,6 +112,7 @@ def summarize(
         shared=shared,
         threshold=threshold,
         verdict_files=[CSV_NAME, JSON_NAME],
+        warm_starts=split_sentences(runs),
     )
 
 

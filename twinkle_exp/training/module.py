@@ -26,6 +26,7 @@ from twinkle_exp.tracking.samples_logger import keep_samples
 from twinkle_exp.training import rl_step, state
 from twinkle_exp.training.optimizer import optimizer_and_schedule
 from twinkle_exp.training.rollout_metrics import SAMPLE_COLUMNS, sample_rows, samples_file_fields
+from twinkle_exp.training.staleness import CHECKPOINT_KEY as LAGGED_KEY
 from twinkle_exp.training.step_parts import StepParts, sampled_with
 from twinkle_exp.training.update_plan import UpdatePlan
 from twinkle_exp.training.validation import Validation
@@ -109,10 +110,13 @@ class PolicyModule(L.LightningModule):
         # Under LoRA only the adapters are trained: the checkpoint holds them, not the frozen base model.
         checkpoint["state_dict"] = trainable_state_dict(self.policy, checkpoint["state_dict"], "policy.")
         checkpoint[state.KEY] = self.state.state_dict()
+        if self.rollout_cfg.staleness > 0:  # the lagged weights to sample from (training/staleness.py)
+            checkpoint[LAGGED_KEY] = self.parts.lagged.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         rank, ranks, sampling = self.global_rank, self.trainer.world_size, sampled_with(self.rollout_cfg)
         self.state.load_state_dict(checkpoint[state.KEY], rank, ranks, sampling)
+        self.parts.lagged.load_state_dict(checkpoint.get(LAGGED_KEY))
 
     # --- one training step: rl_step's stages, in order ---------------------------------------------------
     def training_step(self, batch: dict[str, list[str]], batch_idx: int) -> None:

@@ -45,11 +45,12 @@ Batch = dict[str, list[str]]  # the prompt stream's: "prompts" and "answers", on
 
 # --- sample ------------------------------------------------------------------------------------------------
 def sample(parts: StepParts, prompts: list[str], generator: torch.Generator) -> RolloutBatch:
-    """`rollout.group_size` completions of each of `prompts`, drawn with `generator` (on the device)."""
+    """`rollout.group_size` completions of each of `prompts`, drawn with `generator` (on the device), from
+    the policy of `rollout.staleness` optimizer steps ago (staleness.py; 0: the policy as it is)."""
     parts.policy.eval()
-    with gathered(parts.policy):
+    with gathered(parts.policy), parts.lagged.weights(parts.policy) as behaviour:
         return generate(
-            parts.sampler_copy(parts.policy),
+            parts.sampler_copy(behaviour),
             parts.tokenizer,
             prompts,
             sampling_options(parts.rollout),
@@ -136,9 +137,10 @@ def plan(
             # The first epoch's minibatches cover every row, in the first optimizer step's micro-batches.
             first_epoch = out.steps[: opt.num_minibatches]
             split = [part for rows in first_epoch for part in rows.split(opt.micro_batch_size or n)]
-            out.old_logps = recompute_old_logps(
-                parts.policy, rollout, split, out.prefixes, rollout.temperature
-            )
+            with parts.lagged.weights(parts.policy) as behaviour:  # the policy that sampled
+                out.old_logps = recompute_old_logps(
+                    behaviour, rollout, split, out.prefixes, rollout.temperature
+                )
     out.seconds = dict(timer.seconds)
     return out
 
@@ -259,6 +261,7 @@ def optimizer_step(
         token_advantages=token_shaping(parts.advantage.estimator, advantage_settings(parts.advantage)),
     )
     lr = stepper.optimizer.param_groups[0]["lr"]
+    parts.lagged.before_step(parts.policy, stepper.steps_done())
     stepper.optimizer.step()
     stepper.scheduler.step()
     plan.next_step += 1

@@ -19,6 +19,7 @@ from twinkle_exp.sampling.generate import SamplingOptions
 from twinkle_exp.sampling.sampler_copy import SamplerCopy
 from twinkle_exp.training.old_logps import recompute_for_run
 from twinkle_exp.training.rollout_metrics import TruncationWatch
+from twinkle_exp.training.staleness import LaggedPolicy
 from twinkle_exp.training.update_plan import check_minibatches
 
 
@@ -33,6 +34,7 @@ class StepParts:
     optim: OptimConfig
     sampler_copy: SamplerCopy  # the policy, or its rollout.sampler_dtype copy, to sample from
     truncation: TruncationWatch  # warns of rollouts cut off at rollout.max_new_tokens
+    lagged: LaggedPolicy  # the weights of rollout.staleness optimizer steps ago, to sample from
     load_reference: Callable[[], torch.nn.Module] | None = None  # a separate reference model's loader
     reference: Reference | None = None  # the frozen reference, when the loss has beta > 0 (use_loss)
     recompute_old_logps: bool = False  # decided when training starts (`start`)
@@ -46,7 +48,8 @@ class StepParts:
         truncation = TruncationWatch(rollout.max_new_tokens, rewards.truncated_max)
         parts = cls(
             policy.model, policy.tokenizer, rewards, loss_fn, rollout, advantage, optim,
-            SamplerCopy(rollout.sampler_dtype), truncation, load_reference=policy.load_reference,
+            SamplerCopy(rollout.sampler_dtype), truncation, LaggedPolicy(rollout.staleness),
+            load_reference=policy.load_reference,
         )  # fmt: skip
         parts.check_minibatches(ranks=1)
         parts.use_loss(loss_fn, started=False)

@@ -50,6 +50,15 @@ class ReportData:
     threshold: float
     plots: dict[str, tuple[str, Path | None]] = field(default_factory=dict)
     verdict_files: list[str] = field(default_factory=list)  # names of the machine-readable verdict files
+    warm_starts: list[str] = field(default_factory=list)  # the variance split, when runs vary warmup.seed
+
+
+WARM_STARTS_NOTE = (
+    "The runs vary warmup.seed: each score's spread over the runs of a variant (its overrides less seed and "
+    "warmup.seed), split into the part between warm-starts and the part within (one-way random-effects "
+    "ANOVA). The verdicts above compare each warm-start's runs on their own, so their intervals hold the "
+    "within part only."
+)
 
 
 def span_note(spans: dict[str, GridSpan]) -> list[str]:
@@ -120,6 +129,8 @@ def build_blocks(d: ReportData) -> list[Block]:
         ("h2", "Verdicts"),
         ("ul", sentences) if sentences else ("p", "No pair of variants was tested (see Pairs not tested)."),
     ]
+    if d.warm_starts:
+        blocks += [("h2", "Warm-starts"), ("p", WARM_STARTS_NOTE), ("ul", d.warm_starts)]
     if problems:
         blocks += [("h2", "Data problems"), ("p", "Some files could not be read in full:"), ("ul", problems)]
     if d.comparisons.verdicts:
