@@ -94,7 +94,9 @@ def run_rows(overrides: list[str], cwd: Path, env: dict, timeout: float = 600) -
 
 
 def _commit() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
 
 
 def record_one(loss: str) -> None:

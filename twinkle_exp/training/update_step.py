@@ -94,6 +94,7 @@ def accumulate_gradients(
             labels=b.labels[part],
             advantages=adv,
             old_logps=plan.old_logps[part],
+            sampler_logps=b.old_logps[part],  # the sampler's own: the off-policy mask's reference (TRL's)
             ref_logps=None if plan.ref_logps is None else plan.ref_logps[part],
             entropies=entropy if loss_fn.needs_entropy else None,
             rollout_weights=weights,
