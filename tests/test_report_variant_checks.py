@@ -193,7 +193,7 @@ def test_ratio_finding_and_censored_steps():
 def test_steps_to_the_control_arms_level_with_censoring():
     def acc_runs(label, reach_at, final, seeds=range(5)):
         curve = lambda s: [(0, 0.4), (reach_at + s, final), (160, final)]  # noqa: E731
-        return [run(label, s, {M.VAL_ACCURACY: curve(s)}) for s in seeds]
+        return [run(label, s, {M.VAL_ACCURACY: curve(s), **CLIPS_OFTEN}) for s in seeds]
 
     # DAPO (the baseline, the ratio's numerator) ends at 0.8 after reaching it at ~100; CISPO gets to 0.85 at
     # ~50: threshold
@@ -207,7 +207,7 @@ def test_steps_to_the_control_arms_level_with_censoring():
     slow = (
         acc_runs("loss=cispo", 50, 0.85)
         + acc_runs("loss=bnpo", 100, 0.8)[:4]
-        + [run("loss=bnpo", 9, {M.VAL_ACCURACY: [(0, 0.4), (160, 0.5)]})]
+        + [run("loss=bnpo", 9, {M.VAL_ACCURACY: [(0, 0.4), (160, 0.5)], **CLIPS_OFTEN})]
     )
     assert 160.0 in decide(CLAIMS["cispo_speed"], slow).treatment
 
@@ -217,8 +217,53 @@ def test_a_finding_without_runs_of_an_arm_says_which():
         decide(CLAIMS["drgrpo_length"], _length_runs("loss=grpo", 4.0))
 
 
+CLIPS_OFTEN = {
+    M.CLIP_REGION: [(0, 0.1), (160, 0.1)]
+}  # cispo_speed's precondition: DAPO clips >= 5% of tokens
+
+
+def test_cispo_speed_is_refused_where_the_clip_binds_on_few_tokens():
+    def arm(label, reach_at, clip):
+        return [
+            run(label, s, {M.VAL_ACCURACY: [(0, 0.4), (reach_at + s, 0.8), (160, 0.8)], M.CLIP_REGION: clip})
+            for s in range(5)
+        ]
+
+    fast = arm("loss=cispo", 50, [(0, 0.02), (160, 0.02)])
+    rare = decide(CLAIMS["cispo_speed"], arm("loss=bnpo", 100, [(0, 0.02), (160, 0.02)]) + fast)
+    assert rare.verdict == "precondition absent" and rare.pair.p_raw is None  # not tested
+    often = decide(CLAIMS["cispo_speed"], arm("loss=bnpo", 100, [(0, 0.08), (160, 0.08)]) + fast)
+    assert often.verdict == "different"
+
+
+def test_dapo_entropy_is_refused_where_the_up_clipped_tokens_are_not_low_probability():
+    def arm(label, final, low_prob):
+        return [
+            run(
+                label,
+                s,
+                {
+                    M.ENTROPY: [(i, 1.0 - (1 - final) * i / 39 + 0.01 * s) for i in range(40)],
+                    M.LOW_PROB_GIVEN_HIGH: [(0, low_prob), (39, low_prob)],
+                },
+            )
+            for s in range(5)
+        ]
+
+    absent = decide(
+        CLAIMS["dapo_entropy"],
+        arm("loss.clip_range_high=0.28", 0.8, 0.5) + arm("loss.clip_range_high=0.2", 0.3, 0.08),
+    )
+    assert absent.verdict == "precondition absent" and absent.pair.p_raw is None  # not tested
+    held = decide(
+        CLAIMS["dapo_entropy"],
+        arm("loss.clip_range_high=0.28", 0.8, 0.7) + arm("loss.clip_range_high=0.2", 0.3, 0.7),
+    )
+    assert held.verdict == "different" and held.ratio > 1
+
+
 def test_steps_to_threshold_is_not_testable_when_the_baseline_does_not_improve():
-    runs = [run("loss=bnpo", s, {M.VAL_ACCURACY: [(0, 0.36), (160, 0.30)]}) for s in range(5)]
+    runs = [run("loss=bnpo", s, {M.VAL_ACCURACY: [(0, 0.36), (160, 0.30)], **CLIPS_OFTEN}) for s in range(5)]
     runs += [run("loss=cispo", s, {M.VAL_ACCURACY: [(0, 0.36), (160, 0.33)]}) for s in range(5)]
     v = decide(CLAIMS["cispo_speed"], runs)
     assert (
