@@ -330,24 +330,28 @@ class Config(Related):
                 f"optim.num_minibatches={minibatches}: a rollout has only {rows} samples "
                 f"(rollout.prompts_per_step x rollout.group_size); use at most {rows}"
             )
-        trainer = c["trainer"] if isinstance(c["trainer"], Mapping) else {}  # MISSING in a partial config
+        trainer = c.get("trainer")
+        trainer = trainer if isinstance(trainer, Mapping) else {}  # absent or MISSING in a partial config
         staleness, strategy = c["rollout"].get("staleness", 0), trainer.get("strategy")
         if isinstance(staleness, int) and staleness > 0 and strategy == "fsdp2":
             problems.append(
                 f"rollout.staleness={staleness} with trainer=fsdp: the lagged copies are of whole weights, "
                 "not of FSDP shards; use trainer=ddp or a single device"
             )
-        reward = c["reward"] if isinstance(c["reward"], Mapping) else {}  # MISSING in a partial config
+        reward = c.get("reward")
+        reward = reward if isinstance(reward, Mapping) else {}  # absent or MISSING in a partial config
         buffer, budget = reward.get("overlong_buffer", 0), c["rollout"]["max_new_tokens"]
         if isinstance(buffer, int) and isinstance(budget, int) and buffer > budget:
             problems.append(
                 f"reward.overlong_buffer={buffer}: longer than the sampler's budget "
                 f"rollout.max_new_tokens={budget}; use at most {budget}"
             )
-        loss = c["loss"] if isinstance(c["loss"], Mapping) else {}
-        correction = c["optim"]["rollout_correction"]
-        per_sequence = correction["mode"] == "seq_mask" or (
-            correction["mode"] == "tis" and correction["level"] == "sequence"
+        loss = c.get("loss")
+        loss = loss if isinstance(loss, Mapping) else {}  # absent or MISSING in a partial config
+        correction = c["optim"].get("rollout_correction")
+        correction = correction if isinstance(correction, Mapping) else {}
+        per_sequence = correction.get("mode") == "seq_mask" or (
+            correction.get("mode") == "tis" and correction.get("level") == "sequence"
         )
         if loss.get("fold_rollout_weights") is True and per_sequence:
             # The fold multiplies the tokens' weights over the sequence: a sequence's weight on each token
