@@ -12,6 +12,7 @@ import pytest
 import torch
 from resume_helpers import fit_resumable
 
+from twinkle_exp.diagnose.gradients import Stepping
 from twinkle_exp.lifecycle import signals
 from twinkle_exp.lifecycle.checkpoints import last_checkpoint
 from twinkle_exp.lifecycle.run_end import RunEnd
@@ -27,25 +28,6 @@ from twinkle_exp.training.state import KEY
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
-class _Stepping:
-    """A plain AdamW whose step() first runs the gradient check, as Lightning's on_before_optimizer_step."""
-
-    def __init__(self, module, optimizer) -> None:
-        self.module, self.optimizer, self.param_groups = module, optimizer, optimizer.param_groups
-        self.checked, self.steps = None, 0
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.optimizer.zero_grad(set_to_none=set_to_none)
-
-    def step(self) -> None:
-        o = self.module.optim_cfg
-        self.checked = rl_step.check_gradients(
-            self.module.policy, self.optimizer, o.max_grad_norm, self.module.state.nonfinite, amp=False
-        )
-        self.optimizer.step()
-        self.steps += 1
-
-
 def _by_hand(module, steps: int) -> list[dict[str, float]]:
     """`steps` optimizer steps of the first rollout, calling the stages as PolicyModule's hooks do."""
     parts, state, o = module.parts, module.state, module.optim_cfg
@@ -54,7 +36,7 @@ def _by_hand(module, steps: int) -> list[dict[str, float]]:
     )
     state.start(torch.device("cpu"), module.seed, rank=0)
     optimizer, schedule = optimizer_and_schedule(trainable_parameters(module.policy), o)
-    stepping = _Stepping(module, optimizer)
+    stepping = Stepping(module, optimizer)
     stepper = rl_step.Stepper(
         stepping, schedule, torch.Tensor.backward, lambda: stepping.checked, lambda: stepping.steps
     )

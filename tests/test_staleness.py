@@ -13,6 +13,7 @@ import torch
 from resume_helpers import csv_rows, fit_resumable, signal_at_loss_call, weights
 
 from twinkle_exp.config.schema import Config
+from twinkle_exp.diagnose.gradients import Stepping
 from twinkle_exp.errors import UserError
 from twinkle_exp.lifecycle import resume
 from twinkle_exp.lifecycle.checkpoints import last_checkpoint
@@ -28,25 +29,6 @@ from twinkle_exp.training.staleness import CHECKPOINT_KEY, LaggedPolicy
 from twinkle_exp.training.step_parts import sampling_options
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
-
-
-class _Stepping:
-    """A plain AdamW whose step() first runs the gradient check, as Lightning's on_before_optimizer_step."""
-
-    def __init__(self, module, optimizer) -> None:
-        self.module, self.optimizer, self.param_groups = module, optimizer, optimizer.param_groups
-        self.checked, self.steps = None, 0
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.optimizer.zero_grad(set_to_none=set_to_none)
-
-    def step(self) -> None:
-        o = self.module.optim_cfg
-        self.checked = rl_step.check_gradients(
-            self.module.policy, self.optimizer, o.max_grad_norm, self.module.state.nonfinite, amp=False
-        )
-        self.optimizer.step()
-        self.steps += 1
 
 
 def _copy_of(module):
@@ -80,7 +62,7 @@ def _by_hand(staleness: int, rollouts: int):
     parts.recompute_old_logps = True
     state.start(torch.device("cpu"), module.seed, rank=0)
     optimizer, schedule = optimizer_and_schedule(trainable_parameters(module.policy), o)
-    stepping = _Stepping(module, optimizer)
+    stepping = Stepping(module, optimizer)
     stepper = rl_step.Stepper(
         stepping, schedule, torch.Tensor.backward, lambda: stepping.checked, lambda: stepping.steps
     )

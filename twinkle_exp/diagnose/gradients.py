@@ -46,8 +46,9 @@ def _compose(overrides: list[str]):
     return check_config(cfg), instantiate
 
 
-class _Stepping:
-    """A plain optimizer whose step() first runs the gradient check, as Lightning's hook does in a fit."""
+class Stepping:
+    """A plain optimizer whose step() first runs the gradient check, as Lightning's hook does in a fit (also the
+    tests' way to train a module by hand: tests/test_rl_step.py holds it to a Lightning fit)."""
 
     def __init__(self, module, optimizer) -> None:
         self.module, self.optimizer, self.param_groups = module, optimizer, optimizer.param_groups
@@ -83,7 +84,7 @@ def compare_along_run(overrides: list[str], against: list[str]) -> list[dict[str
     )  # fmt: skip
     state.start(torch.device("cpu"), module.seed, rank=0)
     optimizer, schedule = optimizer_and_schedule(trainable_parameters(module.policy), o)
-    stepping = _Stepping(module, optimizer)
+    stepping = Stepping(module, optimizer)
     stepper = rl_step.Stepper(
         stepping, schedule, torch.Tensor.backward, lambda: stepping.checked, lambda: stepping.steps
     )
