@@ -1,6 +1,7 @@
 """Two losses' gradients on the same batch (training/gradient_pair.py): a loss against itself, its negation
 and its double; the per-token weights against GRPO's and BNPO's on-policy formulas; the gradient is the one
-an optimizer step on the same rows takes; and the command along a tiny run."""
+an optimizer step on the same rows takes, with what the step adds to the loss (rollout correction,
+per-token advantages, the sampler's log-probs); and the command along a tiny run."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import module_helpers
 import pytest
 import torch
 
+from twinkle_exp.config.schema import RolloutCorrectionConfig
 from twinkle_exp.loss import BNPOLoss, GRPOLoss
+from twinkle_exp.loss.advantages import AdvantageSettings, token_shaping
 from twinkle_exp.loss.core import LossOutput
 from twinkle_exp.models.hf import set_update_mode
 from twinkle_exp.tasks.prompt_stream import PromptStream
 from twinkle_exp.training import gradient_pair as G
 from twinkle_exp.training import rl_step
+from twinkle_exp.training.micro_loss import LossExtras
 from twinkle_exp.training.update_step import accumulate_gradients
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
@@ -105,16 +109,48 @@ def test_the_token_weights_are_grpos_and_bnpos_on_policy_formulas():
     assert 0.5 < got[G.COSINE] < 1.0 - 1e-6
 
 
+def _stepped_gradient(module, loss, plan, rows, extras) -> torch.Tensor:
+    module.policy.zero_grad(set_to_none=True)
+    accumulate_gradients(
+        module.policy, loss, plan, [(rows, None)], temperature=plan.rollout.temperature,
+        guard=module.state.nonfinite, backward=torch.Tensor.backward, sampler_gap=False, extras=extras,
+    )  # fmt: skip
+    return torch.cat([p.grad.reshape(-1) for p in module.policy.parameters() if p.requires_grad])
+
+
 def test_the_gradient_is_the_one_an_optimizer_step_on_the_same_rows_takes():
     module, plan = _plan()
     rows = plan.steps[0]
     [a] = G.gradients(module.policy, [GRPOLoss()], plan, rows, plan.rollout.temperature)
-    module.policy.zero_grad(set_to_none=True)
-    accumulate_gradients(
-        module.policy, GRPOLoss(), plan, [(rows, None)], temperature=plan.rollout.temperature,
-        guard=module.state.nonfinite, backward=torch.Tensor.backward, sampler_gap=False,
-    )  # fmt: skip
-    stepped = torch.cat([p.grad.reshape(-1) for p in module.policy.parameters() if p.requires_grad])
+    assert torch.allclose(
+        a.flat, _stepped_gradient(module, GRPOLoss(), plan, rows, None), atol=1e-7, rtol=1e-5
+    )
+
+
+CORRECTED = LossExtras(correction=RolloutCorrectionConfig(mode="tis", upper=1.02))
+SHAPED = LossExtras(token_advantages=token_shaping("entropy_shaped", AdvantageSettings(entropy_alpha=0.4)))
+
+
+@pytest.mark.parametrize(
+    ("loss", "extras"),
+    [
+        (GRPOLoss(), CORRECTED),  # the rollout correction's weights
+        (GRPOLoss(), SHAPED),  # per-token advantages from the entropies
+        (GRPOLoss(off_policy_mask_threshold=0.0), LossExtras()),  # the mask reads the sampler's log-probs
+    ],
+    ids=["rollout-correction", "token-shaped-advantages", "off-policy-mask"],
+)
+def test_the_comparison_sees_what_the_step_adds_to_the_loss(loss, extras):
+    module, plan = _plan()
+    rows = plan.steps[0]
+    # A sampler whose log-probs differ from the recomputed old ones, so weights and the mask act.
+    gen = torch.Generator().manual_seed(3)
+    mask = plan.rollout.completion_mask
+    plan.rollout.old_logps.add_(0.05 * torch.randn(mask.shape, generator=gen) * mask)
+    plain = _stepped_gradient(module, GRPOLoss(), plan, rows, None)
+    stepped = _stepped_gradient(module, loss, plan, rows, extras)
+    assert not torch.allclose(plain, stepped, atol=1e-6, rtol=1e-3)  # what the step adds changes the update
+    [a] = G.gradients(module.policy, [loss], plan, rows, plan.rollout.temperature, extras)
     assert torch.allclose(a.flat, stepped, atol=1e-7, rtol=1e-5)
 
 

@@ -24,6 +24,7 @@ from twinkle_exp.policy.build import tiny_policy
 from twinkle_exp.policy.logprobs import sequence_logps
 from twinkle_exp.sampling.generate import SamplingOptions, generate
 from twinkle_exp.sampling.sampler_copy import SamplerCopy
+from twinkle_exp.training.micro_loss import LossExtras
 from twinkle_exp.training.old_logps import should_recompute
 from twinkle_exp.training.step_metrics import StepMetrics
 from twinkle_exp.training.update_step import accumulate_gradients
@@ -75,7 +76,7 @@ def _step(model, loss_fn, plan, correction, splits=((0, 3), (3, 8))):
         guard=NonFiniteGuard(10),
         backward=lambda loss: loss.backward(),
         sampler_gap=False,
-        correction=correction,
+        extras=LossExtras(correction=correction),
     )
     return _grads(model), stats.summary(torch.tensor(0.0), 0.0)
 

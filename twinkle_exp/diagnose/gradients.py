@@ -32,6 +32,7 @@ from twinkle_exp.tasks.prompt_stream import PromptStream
 from twinkle_exp.training import gradient_pair, rl_step
 from twinkle_exp.training.old_logps import recompute_for_run
 from twinkle_exp.training.optimizer import optimizer_and_schedule
+from twinkle_exp.training.step_parts import loss_extras
 
 CSV_COLUMNS = ("step", "rollout", *gradient_pair.COLUMNS)
 
@@ -89,7 +90,7 @@ def compare_along_run(overrides: list[str], against: list[str]) -> list[dict[str
         stepping, schedule, torch.Tensor.backward, lambda: stepping.checked, lambda: stepping.steps
     )
     stream = iter(PromptStream(module.task, module.rollout_cfg.prompts_per_step, seed=module.seed))
-    rows, rollout = [], 0
+    rows, rollout, extras = [], 0, loss_extras(parts)
     while stepping.steps < typed.trainer.max_steps:
         plan = rl_step.new_rollout(
             parts, next(stream), stepping.steps,
@@ -99,7 +100,7 @@ def compare_along_run(overrides: list[str], against: list[str]) -> list[dict[str
             step_rows = plan.steps[plan.next_step]
             set_update_mode(module.policy, dropout=False)
             a, b = gradient_pair.gradients(
-                module.policy, [loss_a, loss_b], plan, step_rows, plan.rollout.temperature
+                module.policy, [loss_a, loss_b], plan, step_rows, plan.rollout.temperature, extras
             )
             mask = plan.rollout.completion_mask[step_rows.to(plan.rollout.input_ids.device)]
             rows.append({"step": stepping.steps, "rollout": rollout} | gradient_pair.compare(a, b, mask))

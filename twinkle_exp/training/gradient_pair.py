@@ -19,6 +19,7 @@ import torch
 
 from twinkle_exp.loss import LossFn
 from twinkle_exp.policy.logprobs import sequence_logps
+from twinkle_exp.training.micro_loss import LossExtras, micro_batch_loss
 from twinkle_exp.training.update_plan import UpdatePlan
 
 # The columns of a comparison, each defined here once (the command's CSV header, in this order).
@@ -66,15 +67,22 @@ def compare(a: Gradient, b: Gradient, mask: torch.Tensor) -> dict[str, float]:
 
 
 def gradients(
-    policy: torch.nn.Module, losses: list[LossFn], plan: UpdatePlan, rows: torch.Tensor, temperature: float
+    policy: torch.nn.Module,
+    losses: list[LossFn],
+    plan: UpdatePlan,
+    rows: torch.Tensor,
+    temperature: float,
+    extras: LossExtras | None = None,
 ) -> list[Gradient]:
     """Each of `losses`' gradient on the rows `rows` (`[n]` long, on the CPU) of `plan`, from one forward of
     `policy` (in the mode it is in; its .grad fields are left alone). The normalisers are the rows' own
-    totals, as in an optimizer step on those rows."""
+    totals, as in an optimizer step on those rows; `extras` (the run's rollout correction and per-token
+    advantages, `step_parts.loss_extras`) are applied as the step applies them (`micro_loss.py`)."""
     b, params = plan.rollout, [p for p in policy.parameters() if p.requires_grad]
+    extras = extras or LossExtras()
     device = b.input_ids.device
     idx = rows.to(device)
-    needs_entropy = any(f.needs_entropy for f in losses)
+    needs_entropy = extras.needs_entropy or any(f.needs_entropy for f in losses)
     logps, entropy = sequence_logps(
         policy,
         b.input_ids[idx],
@@ -87,17 +95,10 @@ def gradients(
     )
     mask = b.completion_mask[idx]
     totals = {"num_sequences": len(rows), "num_tokens": int(mask.sum())}
+    advantages = plan.adv.advantages[: b.input_ids.shape[0]].to(device)[idx]
     out = []
     for i, loss_fn in enumerate(losses):
-        result = loss_fn(
-            logps=logps,
-            labels=b.labels[idx],
-            advantages=plan.adv.advantages[: b.input_ids.shape[0]].to(device)[idx],
-            old_logps=plan.old_logps[idx],
-            ref_logps=None if plan.ref_logps is None else plan.ref_logps[idx],
-            entropies=entropy if loss_fn.needs_entropy else None,
-            **totals,
-        )
+        result, _ = micro_batch_loss(loss_fn, plan, idx, logps, entropy, advantages, totals, extras)
         grads = torch.autograd.grad(
             result.loss, [logps, *params], retain_graph=i < len(losses) - 1, allow_unused=True
         )

@@ -23,7 +23,7 @@ import torch
 from twinkle_exp import metric_names as M
 from twinkle_exp.lifecycle.nonfinite import NonFiniteGuard
 from twinkle_exp.lifecycle.run_end import RunEnd
-from twinkle_exp.loss.advantages import ESTIMATORS, estimate, token_shaping
+from twinkle_exp.loss.advantages import ESTIMATORS, estimate
 from twinkle_exp.parallel import collectives
 from twinkle_exp.parallel.sharding import gathered
 from twinkle_exp.policy.logprobs import sequence_logps
@@ -35,7 +35,7 @@ from twinkle_exp.training.greedy_baseline import greedy_rewards
 from twinkle_exp.training.old_logps import recompute_old_logps
 from twinkle_exp.training.prompt_repeats import rollout_repeats_prompt
 from twinkle_exp.training.rollout_metrics import RolloutRows, StageTimer, rollout_metrics
-from twinkle_exp.training.step_parts import StepParts, advantage_settings, sampling_options
+from twinkle_exp.training.step_parts import StepParts, advantage_settings, loss_extras, sampling_options
 from twinkle_exp.training.update_plan import UpdatePlan, shuffled_steps
 from twinkle_exp.training.update_step import accumulate_gradients
 
@@ -257,8 +257,7 @@ def optimizer_step(
         guard=guard,
         backward=stepper.backward,
         sampler_gap=plan.next_step == 0,
-        correction=parts.optim.rollout_correction,
-        token_advantages=token_shaping(parts.advantage.estimator, advantage_settings(parts.advantage)),
+        extras=loss_extras(parts),
     )
     lr = stepper.optimizer.param_groups[0]["lr"]
     parts.lagged.before_step(parts.policy, stepper.steps_done())

@@ -11,12 +11,13 @@ import torch
 
 from twinkle_exp.config.schema import AdvantageConfig, OptimConfig, RolloutConfig
 from twinkle_exp.loss import LossFn
-from twinkle_exp.loss.advantages import AdvantageSettings
+from twinkle_exp.loss.advantages import AdvantageSettings, token_shaping
 from twinkle_exp.policy.build import Policy
 from twinkle_exp.policy.reference import Reference
 from twinkle_exp.rewards import RewardSet
 from twinkle_exp.sampling.generate import SamplingOptions
 from twinkle_exp.sampling.sampler_copy import SamplerCopy
+from twinkle_exp.training.micro_loss import LossExtras
 from twinkle_exp.training.old_logps import recompute_for_run
 from twinkle_exp.training.rollout_metrics import TruncationWatch
 from twinkle_exp.training.staleness import LaggedPolicy
@@ -102,3 +103,9 @@ def advantage_settings(advantage: AdvantageConfig) -> AdvantageSettings:
         scale=a.scale, eps=a.eps, positive_weight=a.positive_weight, entropy_alpha=a.entropy_alpha,
         entropy_kappa=a.entropy_kappa,
     )  # fmt: skip
+
+
+def loss_extras(parts: StepParts) -> LossExtras:
+    """The rollout correction and per-token advantages every loss call of the run is given."""
+    a = parts.advantage
+    return LossExtras(parts.optim.rollout_correction, token_shaping(a.estimator, advantage_settings(a)))

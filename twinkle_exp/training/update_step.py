@@ -15,13 +15,12 @@ from collections.abc import Callable
 
 import torch
 
-from twinkle_exp.config.schema import RolloutCorrectionConfig
 from twinkle_exp.lifecycle.nonfinite import NonFiniteGuard
 from twinkle_exp.loss import LossFn
-from twinkle_exp.loss.rollout_correction import rollout_correction
 from twinkle_exp.parallel import collectives
 from twinkle_exp.policy.logprobs import sequence_logps
 from twinkle_exp.policy.shared_prefix import SharedPrefix
+from twinkle_exp.training.micro_loss import LossExtras, micro_batch_loss
 from twinkle_exp.training.step_metrics import StepMetrics
 from twinkle_exp.training.update_plan import UpdatePlan
 
@@ -36,17 +35,14 @@ def accumulate_gradients(
     guard: NonFiniteGuard,
     backward: Callable[[torch.Tensor], None],
     sampler_gap: bool,
-    correction: RolloutCorrectionConfig | None = None,
-    token_advantages: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    extras: LossExtras | None = None,
 ) -> StepMetrics:
     """Run `parts` of `plan.rollout` (the step's micro-batches: `[b]` long rows on the model's device, and
     their shared prompts) through `policy` and `loss_fn`, calling `backward` on each micro-batch's loss.
 
     `guard` watches the log-probs and losses for non-finite values; `sampler_gap` also measures the
-    sampler's log-probs against these (a rollout's first step, before any update). `correction` (None or
-    mode "none": no weights) needs `plan.old_logps` recomputed, which the start-up checks make sure of.
-    `token_advantages` (`advantages.token_shaping`: the entropy-shaped estimator's) turns each micro-batch's
-    per-sequence advantages `[b]` into per-token ones `[b, T]` from the policy's entropies, before the loss.
+    sampler's log-probs against these (a rollout's first step, before any update). `extras`: the rollout
+    correction and per-token advantages the loss is called with (`micro_loss.py`; None: neither).
     Returns the step's metrics, not yet read off the device.
     """
     b = plan.rollout
@@ -59,7 +55,7 @@ def accumulate_gradients(
     # The plan holds the global batch's advantages: this rank trains on its own rows' share.
     advantages = plan.adv.advantages.tensor_split(ranks)[collectives.rank()].to(device)
     stats = StepMetrics()
-    correct = correction is not None and correction.mode != "none"
+    extras = extras or LossExtras()
     for part, prefix in parts:
         logps, entropy = sequence_logps(
             policy,
@@ -74,31 +70,8 @@ def accumulate_gradients(
         )
         # masked_fill, not logps[mask]: boolean indexing would wait for the GPU on every micro-batch.
         guard.watch("log-prob", logps.detach().masked_fill(~mask[part], 0.0))
-        weights, weight_metrics = None, None
-        if correct:
-            weights, weight_metrics = rollout_correction(
-                b.old_logps[part],
-                plan.old_logps[part],
-                mask[part],
-                mode=correction.mode,
-                level=correction.level,
-                upper=correction.upper,
-                low=correction.low,
-                high=correction.high,
-            )
-        adv = advantages[part]
-        if token_advantages is not None:
-            adv = token_advantages(adv, entropy, mask[part])  # [b, T]
-        out = loss_fn(
-            logps=logps,
-            labels=b.labels[part],
-            advantages=adv,
-            old_logps=plan.old_logps[part],
-            sampler_logps=b.old_logps[part],  # the sampler's own: the off-policy mask's reference (TRL's)
-            ref_logps=None if plan.ref_logps is None else plan.ref_logps[part],
-            entropies=entropy if loss_fn.needs_entropy else None,
-            rollout_weights=weights,
-            **totals,
+        out, weight_metrics = micro_batch_loss(
+            loss_fn, plan, part, logps, entropy, advantages[part], totals, extras
         )
         guard.watch("loss", out.loss)
         backward(out.loss * ranks)
