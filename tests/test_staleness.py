@@ -1,5 +1,5 @@
 """`rollout.staleness=k` (training/staleness.py): a rollout is drawn from the weights of k optimizer steps ago,
-its recomputed old log-probs are that lagged policy's, the current weights come back bit for bit, k = 0
+its recomputed old log-probs are that lagged policy's (and ReMax's greedy baseline is drawn from it), the current weights come back bit for bit, k = 0
 keeps nothing, and the ring of lagged weights survives a resume (a changed k is refused)."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from twinkle_exp.policy.logprobs import sequence_logps
 from twinkle_exp.sampling.generate import generate
 from twinkle_exp.tasks.prompt_stream import PromptStream
 from twinkle_exp.training import rl_step
+from twinkle_exp.training.greedy_baseline import greedy_rewards
 from twinkle_exp.training.optimizer import optimizer_and_schedule
 from twinkle_exp.training.staleness import CHECKPOINT_KEY, LaggedPolicy
 from twinkle_exp.training.step_parts import sampling_options
@@ -104,6 +105,29 @@ def test_a_rollout_is_drawn_from_the_weights_of_k_steps_ago_and_its_old_logps_ar
     _, plan, *_ = seen[2]
     mask = plan.rollout.completion_mask
     assert torch.allclose(plan.old_logps[mask], plan.rollout.old_logps[mask], atol=1e-5, rtol=0)
+
+
+def test_remaxs_greedy_baseline_comes_from_the_lagged_policy_too():
+    seen = _by_hand(staleness=1, rollouts=2)
+    w0, *_ = next(seen)
+    w1, plan, _, lag, module = next(seen)
+    assert lag == 1
+    parts, decoded = module.parts, []
+    copy_model = parts.sampler_copy
+
+    def recording(model):  # the weights the greedy decode runs on
+        decoded.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+        return copy_model(model)
+
+    parts.sampler_copy = recording
+    try:
+        greedy_rewards(parts, plan.prompts, plan.answers)
+    finally:
+        parts.sampler_copy = copy_model
+    [used] = decoded
+    assert any(not torch.equal(w0[k], w1[k]) for k in w0), "one step must move the weights for this test"
+    assert all(torch.equal(used[k], w0[k]) for k in w0)
+    assert all(torch.equal(v, w1[k]) for k, v in _copy_of(module).items())  # and the current ones are back
 
 
 def test_the_current_weights_are_back_after_the_lagged_rollout_bit_for_bit():

@@ -1,5 +1,7 @@
 """ReMax's baseline (`advantage=remax`): one greedy completion per prompt from the sampler, scored with the
-rollout's own reward and never trained on; drawn only for estimators with `needs_greedy_baseline`."""
+rollout's own reward and never trained on; drawn only for estimators with `needs_greedy_baseline`. It comes
+from the policy that drew the rollout (with `rollout.staleness=k`, the lagged one): the baseline of a
+sample is its own behaviour policy's greedy answer."""
 
 from __future__ import annotations
 
@@ -23,9 +25,9 @@ def greedy_rewards(parts: StepParts, prompts: list[str], answers: list[str]) -> 
     Greedy decoding draws no random numbers, so the rollout's sampler stream is the same with it or without.
     """
     parts.policy.eval()
-    with gathered(parts.policy):
+    with gathered(parts.policy), parts.lagged.weights(parts.policy) as behaviour:
         greedy = generate(
-            parts.sampler_copy(parts.policy),
+            parts.sampler_copy(behaviour),
             parts.tokenizer,
             prompts,
             SamplingOptions(parts.rollout.max_new_tokens, greedy=True),
