@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from report_helpers import finished_run as run
 
 from twinkle_exp import metric_names as M
 from twinkle_exp.report.findings.__main__ import main as findings_main
@@ -28,17 +29,6 @@ from twinkle_exp.report.loading.runs import Run
 SWEEP_DIR = Path(__file__).resolve().parents[1] / "conf" / "sweep"
 REGISTERED = sorted(name for name, c in CLAIMS.items() if c.sweep)
 HEADER_FIELDS = ("claim", "source", "statistic", "direction", "precondition", "tuning seeds", "verdict seeds")
-
-
-def run(label: str, seed: int, metrics: dict) -> Run:
-    return Run(
-        Path(f"/x/{label}/{seed}"),
-        f"{label}/{seed}",
-        [label, f"seed={seed}"],
-        "finished",
-        seed=seed,
-        metrics=metrics,
-    )
 
 
 def _header(name: str) -> str:

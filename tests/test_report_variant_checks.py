@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import numpy as np
 import pytest
+from report_helpers import finished_run
 
 from twinkle_exp import metric_names as M
 from twinkle_exp.report.diagnostics.variants import ceiling, scalar_normaliser
@@ -31,15 +31,7 @@ CONFIG = {
 
 
 def run(label: str, seed: int, metrics: dict, config: dict | None = None) -> Run:
-    return Run(
-        Path(f"/x/{label}/{seed}"),
-        f"{label}/{seed}",
-        [label, f"seed={seed}"],
-        "finished",
-        seed=seed,
-        metrics=metrics,
-        config=config or CONFIG,
-    )
+    return finished_run(label, seed, metrics, config or CONFIG)
 
 
 def accuracy_runs(label: str, final: float, by_length: dict[int, float], seeds=(0, 1, 2)) -> list[Run]:
