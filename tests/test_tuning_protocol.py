@@ -1,7 +1,7 @@
 """Tuning as a protocol (report/tuning.py, report/statistics/tuning_rule.py): the rule picks the setting
 with the best tuning-seed scores on synthetic runs, never reads a verdict seed's run (even one that would
-win), refuses protocols whose verdict seeds could choose or whose budgets differ, and writes the verdict
-sweep's commands."""
+win), refuses protocols whose verdict seeds could choose or whose budgets differ, writes the verdict
+sweep's commands, and draws the sensitivity curves from the tuning seeds' scores."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from twinkle_exp.report import tuning
+from twinkle_exp.report.rendering.plots_sensitivity import sensitivity_curves
 from twinkle_exp.report.statistics.tuning_rule import PointScore, score_points, select
 
 PROTOCOL = {
@@ -190,3 +191,30 @@ def test_the_named_protocol_gives_every_loss_the_same_budget():
     p = tuning.load_protocol("six_losses")
     assert {g.name for g in p.losses} == {"grpo", "bnpo", "drgrpo", "gspo", "sapo", "cispo"}
     assert {len(g.points()) for g in p.losses} == {9} and not set(p.tuning_seeds) & set(p.verdict_seeds)
+
+
+def test_the_sensitivity_curves_are_the_tuning_seeds_scores_by_learning_rate(tmp_path, capsys):
+    p, sweep = tuning.load_protocol(str(_protocol(tmp_path))), _sweep(tmp_path)
+    [grpo, _] = tuning.choose(p, tuning.tuning_runs(p, [sweep]))
+    curves = {c.label: c for c in sensitivity_curves(grpo.points, "optim.lr")}
+    assert set(curves) == {"loss.clip_range=0.1", "loss.clip_range=0.2"}
+    clip2 = curves["loss.clip_range=0.2"]
+    assert clip2.x == [1e-4, 3e-4]
+    assert clip2.mean == pytest.approx([0.55, 0.62])
+    assert clip2.low == pytest.approx([0.54, 0.61]) and clip2.high == pytest.approx(
+        [0.56, 0.63]
+    )  # seeds +-0.01
+    plot = tmp_path / "sensitivity.png"
+    assert tuning.main(["select", str(_protocol(tmp_path)), str(sweep), "--plot", str(plot)]) == 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_plot_of_a_grid_without_the_learning_rate_is_refused_before_anything_is_written(tmp_path, capsys):
+    losses = {
+        name: {**spec, "grid": {"loss.clip_range": [0.1, 0.2]}} for name, spec in PROTOCOL["losses"].items()
+    }
+    out, plot = tmp_path / "choices.yaml", tmp_path / "sensitivity.png"
+    args = ["select", str(_protocol(tmp_path, losses=losses)), str(_sweep(tmp_path)), "--out", str(out)]
+    assert tuning.main([*args, "--plot", str(plot)]) == 2
+    assert "optim.lr" in capsys.readouterr().err
+    assert not out.exists() and not plot.exists()

@@ -3,6 +3,7 @@
     python -m twinkle_exp.report.tuning plan PROTOCOL            the tuning sweeps' commands, one per loss
     python -m twinkle_exp.report.tuning select PROTOCOL DIR ...  each loss's best on the tuning seeds, and the
                                                                  verdict sweep's commands [--out FILE.yaml]
+                                                                 [--plot FILE.png: the sensitivity curves]
 
 PROTOCOL is a YAML file, or a name in `sweeps/tuning/` (`six_losses` -> sweeps/tuning/six_losses.yaml):
 
@@ -43,6 +44,7 @@ from twinkle_exp.tracking.run_json import RUN_JSON, override_key
 from .loading.metrics_csv import Series
 from .loading.run_files import OVERRIDES_FILE, read_overrides, read_run_json, seed_of
 from .loading.runs import Run, find_job_dirs, load_run
+from .rendering.plots_sensitivity import plot_sensitivity
 from .statistics.series import accuracy_auc, last_quarter_mean, last_value
 from .statistics.tuning_rule import RULES, PointScore, score_points, select
 
@@ -51,6 +53,7 @@ SCORES: dict[str, Callable[[Series], float]] = {
     "final": last_value,
     "last_quarter": last_quarter_mean,
 }
+SENSITIVITY_KEY = "optim.lr"  # the sensitivity curves' x axis
 NAMED = Path(__file__).resolve().parents[2] / "sweeps" / "tuning"  # the repository's named protocols
 
 Point = tuple[tuple[str, str], ...]
@@ -248,6 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     chooser.add_argument("protocol")
     chooser.add_argument("dirs", nargs="+", type=Path)
     chooser.add_argument("--out", type=Path, default=None, help="the choices and verdict commands, as YAML")
+    chooser.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        help=f"the sensitivity curves (score against {SENSITIVITY_KEY}), as PNG",
+    )
     args = parser.parse_args(argv)
     try:
         p = load_protocol(args.protocol)
@@ -256,6 +265,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# {p.name}: grid points per loss ({budgets}) x {len(p.tuning_seeds)} tuning seeds")
             print("\n".join(plan_commands(p)))
             return 0
+        if args.plot is not None:
+            lacking = [g.name for g in p.losses if SENSITIVITY_KEY not in g.grid]
+            if lacking:
+                raise ValueError(
+                    f"--plot draws the score against {SENSITIVITY_KEY}, which {lacking} do not sweep"
+                )
         choices = choose(p, tuning_runs(p, args.dirs))
     except ValueError as exc:
         print(f"twinkle_exp.report.tuning: {exc}", file=sys.stderr)
@@ -268,6 +283,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {label:40s} mean {s.mean:.4f}  sd {s.sd:.4f}{mark}")
     commands = verdict_commands(p, choices)
     print("\n".join(commands))
+    if args.plot is not None:
+        plot_sensitivity(
+            {c.loss: c.points for c in choices}, {c.loss: c.best for c in choices}, args.plot, SENSITIVITY_KEY,
+            score=f"{p.score} of {p.metric}", seeds=len(p.tuning_seeds),
+        )  # fmt: skip
+        print(f"sensitivity curves: {args.plot}")
     if args.out is not None:
         record = {
             "protocol": p.name,

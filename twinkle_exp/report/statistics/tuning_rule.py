@@ -27,6 +27,7 @@ class PointScore:
     mean: float
     sd: float  # over the tuning seeds (0 with one)
     n: int
+    values: tuple[float, ...] = ()  # each tuning seed's score, in the seeds' order
 
     @property
     def lower(self) -> float:
@@ -45,7 +46,7 @@ def score_points(
             raise ValueError(f"grid point {label} has no finished run of tuning seed(s) {missing}")
         values = np.array([by_seed[s] for s in seeds], dtype=float)
         sd = float(values.std(ddof=1)) if len(values) > 1 else 0.0
-        out.append(PointScore(point, float(values.mean()), sd, len(values)))
+        out.append(PointScore(point, float(values.mean()), sd, len(values), tuple(map(float, values))))
     return out
 
 
