@@ -161,6 +161,7 @@ REPORT_RANKS = {
     "run_summary": 5,
     "scaling": 6,
     "tuning": 6,
+    "regimes": 6,
     "__main__": 6,
     "__init__": 6,
 }
