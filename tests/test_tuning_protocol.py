@@ -125,7 +125,24 @@ def test_the_command_writes_the_verdict_sweep(tmp_path, capsys):
         grpo
     )
     assert "hydra.sweep.dir=multirun/toy/verdict" in gspo
-    assert "<- chosen" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "<- chosen" in printed
+    # GRPO chose the largest of both its values, GSPO the smaller lr and the larger clip: all at the grid's edge.
+    assert record["at_edge"] == {
+        "grpo": ["optim.lr=3e-4 (the largest of 2)", "loss.clip_range=0.2 (the largest of 2)"],
+        "gspo": ["optim.lr=1e-4 (the smallest of 2)", "loss.clip_range=0.03 (the largest of 2)"],
+    }
+    assert "⚠ chosen at the edge of the grid: optim.lr=3e-4 (the largest of 2)" in printed
+
+
+def test_a_choice_inside_the_grid_is_not_at_its_edge():
+    g = tuning.LossGrid(
+        "grpo", ["loss=grpo"], {"optim.lr": ["1e-4", "3e-4", "1e-3"], "advantage": ["group", "rloo"]}
+    )
+    inside = PointScore((("optim.lr", "3e-4"), ("advantage", "rloo")), 0.5, 0.0, 1)
+    assert tuning.at_edge(g, inside) == []  # a categorical key has no edge
+    edge = PointScore((("optim.lr", "0.001"), ("advantage", "group")), 0.5, 0.0, 1)
+    assert tuning.at_edge(g, edge) == ["optim.lr=0.001 (the largest of 3)"]
 
 
 def test_plan_gives_one_tuning_sweep_per_loss_with_equal_budgets(tmp_path, capsys):

@@ -228,6 +228,22 @@ def choose(p: Protocol, runs: list[Run]) -> list[Choice]:
     return choices
 
 
+def at_edge(g: LossGrid, best: PointScore) -> list[str]:
+    """The numeric keys of `g` whose chosen value (`best`'s) is the smallest or largest the grid tried, each
+    as "key=value (the largest of 3)": there the grid did not bracket the optimum, which may lie beyond it."""
+    out = []
+    for key, value in best.point:
+        try:
+            tried = sorted({float(v) for v in g.grid[key]})
+            chosen = float(value)
+        except ValueError:  # a categorical key has no edge
+            continue
+        if len(tried) > 1 and chosen in (tried[0], tried[-1]):
+            side = "largest" if chosen == tried[-1] else "smallest"
+            out.append(f"{key}={value} (the {side} of {len(tried)})")
+    return out
+
+
 def verdict_commands(p: Protocol, choices: list[Choice]) -> list[str]:
     """The verdict sweep: each loss at its chosen point, on the verdict seeds, into one sweep directory."""
     by_name = {g.name: g for g in p.losses}
@@ -275,12 +291,16 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"twinkle_exp.report.tuning: {exc}", file=sys.stderr)
         return 2
+    by_name = {g.name: g for g in p.losses}
     for c in choices:
         print(f"{c.loss}: {p.score} of {p.metric} by grid point, over tuning seeds {p.tuning_seeds}")
         for s in c.points:
             mark = "  <- chosen" if s is c.best else ""
             label = " ".join(f"{k}={v}" for k, v in s.point)
             print(f"  {label:40s} mean {s.mean:.4f}  sd {s.sd:.4f}{mark}")
+        edges = at_edge(by_name[c.loss], c.best)
+        if edges:
+            print(f"  ⚠ chosen at the edge of the grid: {', '.join(edges)}; the best may lie beyond it")
     commands = verdict_commands(p, choices)
     print("\n".join(commands))
     if args.plot is not None:
@@ -295,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             "rule": p.rule,
             "tuning_seeds": p.tuning_seeds,
             "choices": {c.loss: {k: v for k, v in c.best.point} for c in choices},
+            "at_edge": {c.loss: edges for c in choices if (edges := at_edge(by_name[c.loss], c.best))},
             "verdict_commands": commands,
         }
         args.out.write_text(yaml.safe_dump(record, sort_keys=False))
