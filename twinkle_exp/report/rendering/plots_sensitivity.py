@@ -75,6 +75,10 @@ def plot_sensitivity(
             ax.plot(float(dict(best.point)[x_key]), best.mean, marker="o", markersize=11, fillstyle="none",
                     color="black", linestyle="none", label="chosen")  # fmt: skip
         ax.set_xscale("log")
+        # The grid's own values as the ticks: a log axis's default minor labels crowd a short range.
+        xs = sorted({x for curve in sensitivity_curves(grid, x_key) for x in curve.x})
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax.minorticks_off()
         ax.set_title(loss)
         ax.set_xlabel(x_key)
         ax.grid(True, alpha=0.35)
