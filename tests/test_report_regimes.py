@@ -10,6 +10,7 @@ import pytest
 
 from twinkle_exp.report import regimes
 from twinkle_exp.report.rendering.verdicts_file import COLUMNS, CSV_NAME
+from twinkle_exp.report.statistics.aggregate import AUC, FINAL_ACCURACY
 
 
 def _report(tmp_path, name: str, pairs: list[dict]) -> str:
@@ -20,14 +21,14 @@ def _report(tmp_path, name: str, pairs: list[dict]) -> str:
         writer.writeheader()
         for p in pairs:
             row = dict.fromkeys(COLUMNS, "")
-            row.update(family="f", family_size=2, adjustment="holm", score="auc", n_first=10, n_second=10,
+            row.update(family="f", family_size=2, adjustment="holm", score=AUC.name, n_first=10, n_second=10,
                        paired=True, test="paired t", confidence=0.95, alpha=0.05)  # fmt: skip
             row.update(p)
             writer.writerow(row)
     return f"{name}={out}"
 
 
-def _pair(first, second, effect, low, high, p, verdict, mde, score="auc"):
+def _pair(first, second, effect, low, high, p, verdict, mde, score=AUC.name):
     return dict(first=first, second=second, effect=effect, low=low, high=high, p_adjusted=p, verdict=verdict,
                 mde=mde, score=score)  # fmt: skip
 
@@ -36,7 +37,7 @@ def test_a_pair_is_matched_across_regimes_and_a_changed_verdict_is_marked(tmp_pa
     default = _report(tmp_path, "default", [
         _pair("loss=grpo", "loss=gspo", 0.004, -0.01, 0.018, 0.6, "inconclusive", 0.021),
         _pair("loss=grpo", "loss=cispo", 0.001, -0.004, 0.006, 0.9, "equivalent", 0.008),
-        _pair("loss=grpo", "loss=gspo", 0.2, 0.1, 0.3, 0.5, "inconclusive", 0.3, score="final"),
+        _pair("loss=grpo", "loss=gspo", 0.2, 0.1, 0.3, 0.5, "inconclusive", 0.3, score=FINAL_ACCURACY.name),
     ])  # fmt: skip
     stale = _report(tmp_path, "stale", [
         _pair("loss=gspo", "loss=grpo", -0.05, -0.07, -0.03, 0.001, "different", 0.02),  # the other way round

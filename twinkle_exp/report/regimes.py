@@ -1,4 +1,4 @@
-"""`python -m twinkle_exp.report.regimes NAME=REPORT_DIR [NAME=REPORT_DIR ...] [--score auc] [--out FILE.md]`:
+"""`python -m twinkle_exp.report.regimes NAME=REPORT_DIR [NAME=REPORT_DIR ...] [--score AUC] [--out FILE.md]`:
 where the losses separate and where they do not, one column per regime.
 
 Each REPORT_DIR is the output of `python -m twinkle_exp.report` on one regime's sweep (its verdicts.csv);
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .rendering.verdicts_file import CSV_NAME
 
-SCALE = {"auc": 100.0, "final": 100.0}  # scores in fractions, shown in points
+SCALE = {"AUC": 100.0, "final accuracy": 100.0}  # the report's accuracy scores, fractions shown in points
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("regimes", nargs="+", type=_regime_arg, metavar="NAME=REPORT_DIR")
-    parser.add_argument("--score", default="auc", help="a score of the reports' verdicts (default auc)")
+    parser.add_argument(
+        "--score",
+        default="AUC",
+        help="a score of the reports' verdicts, as its verdicts.csv names it (default AUC)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the table to this Markdown file")
     args = parser.parse_args(argv)
     names = [name for name, _ in args.regimes]
