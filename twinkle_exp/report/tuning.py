@@ -291,16 +291,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"twinkle_exp.report.tuning: {exc}", file=sys.stderr)
         return 2
-    by_name = {g.name: g for g in p.losses}
+    grids = {g.name: g for g in p.losses}
+    edges = {c.loss: e for c in choices if (e := at_edge(grids[c.loss], c.best))}
     for c in choices:
         print(f"{c.loss}: {p.score} of {p.metric} by grid point, over tuning seeds {p.tuning_seeds}")
         for s in c.points:
             mark = "  <- chosen" if s is c.best else ""
             label = " ".join(f"{k}={v}" for k, v in s.point)
             print(f"  {label:40s} mean {s.mean:.4f}  sd {s.sd:.4f}{mark}")
-        edges = at_edge(by_name[c.loss], c.best)
-        if edges:
-            print(f"  ⚠ chosen at the edge of the grid: {', '.join(edges)}; the best may lie beyond it")
+        if c.loss in edges:
+            print(
+                f"  ⚠ chosen at the edge of the grid: {', '.join(edges[c.loss])}; the best may lie beyond it"
+            )
     commands = verdict_commands(p, choices)
     print("\n".join(commands))
     if args.plot is not None:
@@ -315,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             "rule": p.rule,
             "tuning_seeds": p.tuning_seeds,
             "choices": {c.loss: {k: v for k, v in c.best.point} for c in choices},
-            "at_edge": {c.loss: edges for c in choices if (edges := at_edge(by_name[c.loss], c.best))},
+            "at_edge": edges,
             "verdict_commands": commands,
         }
         args.out.write_text(yaml.safe_dump(record, sort_keys=False))

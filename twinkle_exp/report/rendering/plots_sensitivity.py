@@ -67,7 +67,8 @@ def plot_sensitivity(
     fig = Figure(figsize=(4.2 * cols, 3.4 * rows), dpi=110, layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
     for ax, (loss, grid) in zip(axes.flat, points.items(), strict=False):
-        for curve in sensitivity_curves(grid, x_key):
+        curves = sensitivity_curves(grid, x_key)
+        for curve in curves:
             (line,) = ax.plot(curve.x, curve.mean, marker="o", markersize=4, label=curve.label or loss)
             ax.fill_between(curve.x, curve.low, curve.high, color=line.get_color(), alpha=0.18, linewidth=0)
         best = chosen.get(loss)
@@ -76,7 +77,7 @@ def plot_sensitivity(
                     color="black", linestyle="none", label="chosen")  # fmt: skip
         ax.set_xscale("log")
         # The grid's own values as the ticks: a log axis's default minor labels crowd a short range.
-        xs = sorted({x for curve in sensitivity_curves(grid, x_key) for x in curve.x})
+        xs = sorted({x for curve in curves for x in curve.x})
         ax.set_xticks(xs, [f"{x:g}" for x in xs])
         ax.minorticks_off()
         ax.set_title(loss)
