@@ -141,6 +141,20 @@ EXPECTED = {
         "values": {"trainer.max_steps": 0},
         "cites": [],
     },
+    # Not a recipe: the long-completion regime of docs/comparing.md (sweeps/regimes.sh long_completions).
+    "long_completions": {
+        "target": "twinkle_exp.loss.GRPOLoss",
+        "values": {
+            "task.answer_first": True,
+            "task.min_filler": 56,
+            "task.max_filler": 72,
+            "reward.functions.answer.fn.answer_first": True,
+            "policy.max_seq_len": 128,
+            "rollout.max_new_tokens": 96,
+            "warmup.steps": 400,
+        },
+        "cites": [],
+    },
     # Not a paper's recipe: a real model that learns in minutes on a CPU (docs/real-models.md, "SmolLM2-135M-Instruct: a real pretrained model on a CPU").
     "smollm2_addition": {
         "target": "twinkle_exp.loss.GRPOLoss",

@@ -422,3 +422,60 @@ def test_optuna_sweep_runs_two_trials_and_records_the_best(tmp_path, cli_env, re
     assert results["name"] == "optuna"
     assert math.isclose(results["best_value"], max(accuracies))
     assert set(results["best_params"]) == {"optim.lr", "loss.clip_range", "loss.beta"}
+
+
+REGIMES_SH = REPO / "sweeps" / "regimes.sh"
+
+
+def _regime_table() -> dict[str, list[str]]:
+    """sweeps/regimes.sh's `[name]="overrides"` table, as the script passes it to each verdict command."""
+    rows = re.findall(r'^\s+\[(\w+)\]="([^"]*)"$', REGIMES_SH.read_text(), flags=re.M)
+    return {name: overrides.split() for name, overrides in rows}
+
+
+def test_regimes_script_table_has_the_five_regimes():
+    assert set(_regime_table()) == {
+        "staleness4",
+        "minibatches16",
+        "sampler_bf16",
+        "sampler_bf16_tis",
+        "long_completions",
+    }
+
+
+@pytest.mark.parametrize("regime", sorted(_regime_table()))
+def test_each_regime_composes_with_every_six_losses_choice(regime):
+    # The overrides are appended after a tuned verdict command's: they must compose and pass the checks
+    # whatever loss and advantage that command chose.
+    for loss in ("grpo", "gspo", "drgrpo", "cispo"):
+        with initialize_config_module(config_module="twinkle_exp.conf", version_base="1.3"):
+            cfg = compose("config", overrides=[f"loss={loss}", "optim.lr=3e-4", *_regime_table()[regime]])
+        check_config(cfg)
+
+
+def test_long_completion_regime_gives_drgrpo_its_longer_normaliser():
+    with initialize_config_module(config_module="twinkle_exp.conf", version_base="1.3"):
+        cfg = compose("config", overrides=["loss=drgrpo", *_regime_table()["long_completions"]])
+    assert cfg.rollout.max_new_tokens == 96
+    assert instantiate(cfg.loss).max_completion_length == 96
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "message"),
+    [
+        ({"SEEDS": "0,1;rm -rf x"}, ["staleness4"], "SEEDS must be a comma-separated list"),
+        ({}, ["no_such_regime"], "unknown regime no_such_regime"),
+    ],
+)
+def test_regimes_script_refuses_bad_input_before_running_anything(tmp_path, env, args, message):
+    choices = tmp_path / "choices.yaml"
+    choices.write_text("verdict_commands: []\n")
+    proc = subprocess.run(
+        ["bash", str(REGIMES_SH), str(choices), *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", **env},
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
