@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 declare -A REGIME=(
+  [staleness1]="rollout.staleness=1"
   [staleness4]="rollout.staleness=4"
   [minibatches16]="optim.mu=1 optim.num_minibatches=16"
   [sampler_bf16]="rollout.sampler_dtype=bfloat16"
@@ -18,7 +19,7 @@ choices=${1:?usage: bash sweeps/regimes.sh CHOICES.yaml [regime ...]}
 [ -f "$choices" ] || { echo "regimes.sh: no such file $choices (write it with report.tuning select --out)" >&2; exit 2; }
 shift
 regimes=("$@")
-[ ${#regimes[@]} -gt 0 ] || regimes=(staleness4 minibatches16 sampler_bf16 sampler_bf16_tis long_completions)
+[ ${#regimes[@]} -gt 0 ] || regimes=(staleness1 staleness4 minibatches16 sampler_bf16 sampler_bf16_tis long_completions)
 [[ -z "${SEEDS:-}" || "$SEEDS" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "regimes.sh: SEEDS must be a comma-separated list of seeds, got $SEEDS" >&2; exit 2; }
 for r in "${regimes[@]}"; do
   [ -n "${REGIME[$r]+x}" ] || { echo "regimes.sh: unknown regime $r; known: ${!REGIME[*]}" >&2; exit 2; }

@@ -433,8 +433,9 @@ def _regime_table() -> dict[str, list[str]]:
     return {name: overrides.split() for name, overrides in rows}
 
 
-def test_regimes_script_table_has_the_five_regimes():
+def test_regimes_script_table_has_the_six_regimes():
     assert set(_regime_table()) == {
+        "staleness1",
         "staleness4",
         "minibatches16",
         "sampler_bf16",
