@@ -12,6 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from twinkle_exp.models.lora_fused import fuse_lora_layers
+
 # peft's own shorthand for every linear layer but the output head.
 ALL_LINEAR = "all-linear"
 # The hidden-state log-prob path reads the output head's weight directly, so the head (and the embedding
@@ -27,6 +29,9 @@ class LoraSettings:
     # on-policy ratios would no longer start at 1.
     dropout: float = 0.0
     target_modules: list[str] = field(default_factory=lambda: [ALL_LINEAR])
+    # The adapted linear layers run as one autograd function (lora_fused.py): the same function as peft's
+    # forward, up to rounding, with fewer passes over the layer's output. false: peft's own forward.
+    fused: bool = True
 
     def __post_init__(self) -> None:
         if self.r < 1:
@@ -73,9 +78,12 @@ def apply_lora(model: nn.Module, settings: LoraSettings) -> nn.Module:
         task_type="CAUSAL_LM",
     )
     try:
-        return peft.get_peft_model(model, config)
+        wrapped = peft.get_peft_model(model, config)
     except ValueError as e:  # peft names the module pattern that matched nothing
         raise ValueError(f"policy.lora.target_modules={list(targets)}: {e}") from e
+    if settings.fused:
+        fuse_lora_layers(wrapped)
+    return wrapped
 
 
 def is_lora(model: nn.Module) -> bool:
