@@ -5,13 +5,36 @@ transformers is an optional dependency (``twinkle_exp[hf]``), so it is imported 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import os
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+# transformers' switch (integrations/sdpa_attention.py) for passing grouped-query keys and values to SDPA as
+# they are (`enable_gqa`) even with an attention mask, instead of copying them to every query head.
+FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"
+
+
+@contextlib.contextmanager
+def grouped_query_sdpa(device: torch.device) -> Iterator[None]:
+    """While inside, on a CPU, transformers' SDPA attention reads grouped-query keys and values without
+    copying them (torch's CPU kernel takes the groups with a mask: the same results, measured in
+    docs/performance.md). Elsewhere, or when the environment sets the switch itself, nothing changes:
+    `TRANSFORMERS_SDPA_FORCE_GQA=0` keeps the copies."""
+    if device.type != "cpu" or FORCE_GQA in os.environ:
+        yield
+        return
+    os.environ[FORCE_GQA] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(FORCE_GQA, None)
 
 
 def _import_transformers() -> Any:

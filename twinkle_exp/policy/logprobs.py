@@ -13,6 +13,7 @@ from twinkle_exp.logprobs import (
     token_entropy,
 )
 from twinkle_exp.models.backbone import call_as_forward, hidden_states_and_head, output_head
+from twinkle_exp.models.hf import grouped_query_sdpa
 from twinkle_exp.policy.shared_prefix import SharedPrefix, shared_hidden_states, should_share
 
 
@@ -43,6 +44,23 @@ def sequence_logps(
         logps `[B, T]` float32 with grad, 0 off the labels; entropy `[B, T]` (no grad unless
         `entropy_grad`, 0 off the labels) or None.
     """
+    with grouped_query_sdpa(input_ids.device):
+        return _sequence_logps(
+            model,
+            input_ids,
+            attention_mask,
+            position_ids,
+            labels,
+            temperature,
+            with_entropy,
+            entropy_grad,
+            prefix,
+        )
+
+
+def _sequence_logps(
+    model, input_ids, attention_mask, position_ids, labels, temperature, with_entropy, entropy_grad, prefix
+):
     if entropy_grad:
         return _with_entropy_grad(model, input_ids, attention_mask, position_ids, labels, temperature)
     if should_share(model, prefix):
