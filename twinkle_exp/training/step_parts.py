@@ -49,7 +49,7 @@ class StepParts:
         truncation = TruncationWatch(rollout.max_new_tokens, rewards.truncated_max)
         parts = cls(
             policy.model, policy.tokenizer, rewards, loss_fn, rollout, advantage, optim,
-            SamplerCopy(rollout.sampler_dtype), truncation, LaggedPolicy(rollout.staleness),
+            SamplerCopy(rollout.sampler_dtype, rollout.merge_adapters), truncation, LaggedPolicy(rollout.staleness),
             load_reference=policy.load_reference,
         )  # fmt: skip
         parts.check_minibatches(ranks=1)

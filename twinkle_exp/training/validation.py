@@ -73,7 +73,7 @@ class Validation:
         share = collectives.shard(held_out)
         with gathered(module.policy):
             totals = greedy_totals(
-                module.policy,
+                module.parts.sampler_copy.merged(module.policy),
                 module.tokenizer,
                 share,
                 module.rewards,
