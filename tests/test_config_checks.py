@@ -44,6 +44,21 @@ def test_a_schema_refuses_its_broken_relation_with_the_start_up_check_s_line():
         Config(rollout=RolloutConfig(), optim=OptimConfig(num_minibatches=500))
 
 
+def test_minibatches_of_whole_groups_need_as_many_groups():
+    lines = problems(
+        "optim.minibatch_split=groups", "optim.num_minibatches=20", "rollout.prompts_per_step=16"
+    )
+    assert lines == [
+        "optim.num_minibatches=20 with optim.minibatch_split=groups: a rollout has only 16 groups "
+        "(rollout.prompts_per_step); use at most 16, or minibatch_split=rows"
+    ]
+    assert (
+        problems("optim.minibatch_split=groups", "optim.num_minibatches=16", "rollout.prompts_per_step=16")
+        == []
+    )
+    assert problems("optim.minibatch_split=shards") != []
+
+
 def test_a_policy_of_the_user_s_own_is_not_taken_for_the_built_in_one_by_its_name():
     # A `_target_` that merely ends like the built-in factory's is the user's: it is neither built at
     # start-up nor held to the built-in tokenizer's character set (its tokenizer is only known once built).

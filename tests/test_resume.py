@@ -113,3 +113,19 @@ def test_each_epoch_of_a_plan_covers_every_row_once_in_near_equal_minibatches():
         assert sorted(torch.cat(epoch).tolist()) == list(range(16))
     again = shuffled_steps(16, epochs=2, num_minibatches=3, generator=torch.Generator().manual_seed(0))
     assert all(torch.equal(a, b) for a, b in zip(steps, again, strict=True))
+
+
+def test_a_plan_split_by_groups_keeps_each_group_in_one_minibatch():
+    """optim.minibatch_split=groups: 6 groups of 4 rows in 3 minibatches of 2 whole groups, every epoch."""
+    steps = shuffled_steps(24, 2, 3, torch.Generator().manual_seed(0), group_size=4)
+    assert [len(rows) for rows in steps] == [8] * 6
+    for epoch in (steps[:3], steps[3:]):
+        assert sorted(torch.cat(epoch).tolist()) == list(range(24))
+        for rows in epoch:
+            groups = rows // 4
+            assert len(set(groups.tolist())) == 2 and sorted(rows.tolist()) == sorted(
+                g * 4 + m for g in set(groups.tolist()) for m in range(4)
+            )
+    assert not all(torch.equal(a, b) for a, b in zip(steps[:3], steps[3:], strict=True))  # reshuffled
+    with pytest.raises(ValueError, match="cannot be split into 7 minibatches of whole groups"):
+        shuffled_steps(24, 1, 7, torch.Generator(), group_size=4)

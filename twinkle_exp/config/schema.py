@@ -35,6 +35,7 @@ from twinkle_exp.loss.rollout_correction import ROLLOUT_LEVELS, ROLLOUT_MODES
 # experiment penalises it a little, so GRPO-style runs look like the papers'.
 LOSS_EXPERIMENT_DEFAULTS = {"beta": 0.01}
 OLD_LOGPS_MODES = ("auto", "recompute", "sampler")
+MINIBATCH_SPLITS = ("rows", "groups")
 SAMPLER_DTYPES = ("bfloat16", "float16")
 WANDB_MODES = ("online", "offline", "disabled", "shared")
 PREVIOUS_RUN_MODES = ("refuse", "move_aside")  # lifecycle/previous_run.py
@@ -105,6 +106,10 @@ class RolloutConfig:
     # sampler / trainer mismatch of vLLM + an fp32 trainer, made on purpose (train/logp_mismatch/*
     # measures it; optim.rollout_correction corrects for it). null: sample from the policy itself.
     sampler_dtype: str | None = param(None, optional(one_of(SAMPLER_DTYPES)))
+    # A LoRA policy samples from a plain copy with its adapters merged into the weights (one product per
+    # layer; the same function up to float rounding, refreshed before every rollout; the adapted layers'
+    # weights once more in memory). false: sample through the adapters.
+    merge_adapters: bool = True
     # Dynamic sampling (DAPO, arXiv 2503.14476): drop the groups whose rewards are all equal (no signal under a
     # group baseline) and draw fresh prompts' groups in their place, at most max_extra_draws more sampling
     # passes per rollout; past that the rollout trains on what it has (training/dynamic_sampling.py).
@@ -181,6 +186,9 @@ class OptimConfig(Related):
         2, positive_int
     )  # epochs over each rollout: > 1 makes ratios leave 1, so clipping matters
     num_minibatches: int = param(2, positive_int)  # optimizer steps per epoch
+    # How an epoch is cut into minibatches: shuffled "rows", or shuffled whole "groups" (each minibatch then
+    # holds fewer distinct prompts, so the update runs fewer prompt tokens: docs/performance.md).
+    minibatch_split: str = param("rows", one_of(MINIBATCH_SPLITS))
     # Sequences per backward (gradient accumulation); None: the whole minibatch at once.
     micro_batch_size: int | None = param(None, optional(positive_int))
     # Where the loss's old log-probs come from: "recompute" them with the update's own forward (no grad,
@@ -329,6 +337,16 @@ class Config(Related):
             problems.append(
                 f"optim.num_minibatches={minibatches}: a rollout has only {rows} samples "
                 f"(rollout.prompts_per_step x rollout.group_size); use at most {rows}"
+            )
+        groups = c["rollout"]["prompts_per_step"]
+        if (
+            c["optim"].get("minibatch_split") == "groups"
+            and isinstance(minibatches, int)
+            and minibatches > groups
+        ):
+            problems.append(
+                f"optim.num_minibatches={minibatches} with optim.minibatch_split=groups: a rollout has only "
+                f"{groups} groups (rollout.prompts_per_step); use at most {groups}, or minibatch_split=rows"
             )
         trainer = c.get("trainer")
         trainer = trainer if isinstance(trainer, Mapping) else {}  # absent or MISSING in a partial config

@@ -126,7 +126,13 @@ def plan(
         adv=adv,
         old_logps=rollout.old_logps,
         ref_logps=None,
-        steps=shuffled_steps(n, opt.mu, opt.num_minibatches, shuffler),
+        steps=shuffled_steps(
+            n,
+            opt.mu,
+            opt.num_minibatches,
+            shuffler,
+            rollout.group_size if opt.minibatch_split == "groups" else None,
+        ),
         non_finite=non_finite,
         reward_metrics=scores.metrics,
     )

@@ -91,14 +91,29 @@ def check_minibatches(num_minibatches: int, rows: int, ranks: int) -> None:
 
 
 def shuffled_steps(
-    rows: int, epochs: int, num_minibatches: int, generator: torch.Generator
+    rows: int, epochs: int, num_minibatches: int, generator: torch.Generator, group_size: int | None = None
 ) -> list[torch.Tensor]:
     """Each optimizer step's row indices: `epochs` shuffles of `rows` rows, each split into `num_minibatches`
-    parts whose sizes differ by at most one. `[n_i]` long tensors on the CPU, in the order they run."""
+    parts whose sizes differ by at most one. With `group_size` (optim.minibatch_split=groups) the shuffle is
+    of whole groups (rows `g * group_size ...` form group g), each part a set of groups.
+    `[n_i]` long tensors on the CPU, in the order they run."""
+    if group_size is None:
+        return [
+            part
+            for _ in range(epochs)
+            for part in torch.randperm(rows, generator=generator).tensor_split(num_minibatches)
+        ]
+    groups = rows // group_size
+    if groups * group_size != rows or num_minibatches > groups:
+        raise ValueError(
+            f"optim.minibatch_split=groups: {rows} rows of groups of {group_size} cannot be split into "
+            f"{num_minibatches} minibatches of whole groups"
+        )
+    members = torch.arange(group_size)
     return [
-        part
+        (part[:, None] * group_size + members).flatten()
         for _ in range(epochs)
-        for part in torch.randperm(rows, generator=generator).tensor_split(num_minibatches)
+        for part in torch.randperm(groups, generator=generator).tensor_split(num_minibatches)
     ]
 
 
