@@ -1,7 +1,7 @@
 """The real model's RL step at this machine's limit: SmolLM2-135M-Instruct in the `smollm2_addition` preset.
 
     python -m twinkle_exp.benchmarks.real_step [--rollouts 4] [--repeats 3] [--full] [--threads N]
-                                               [--sampler-iters 3] [--profile]
+                                               [--sampler-iters 3] [--profile] [--override KEY=VALUE ...]
 
 Each repeat is its own process (`harness.measure_in_child`): the preset's config (`+experiment=
 smollm2_addition`: 8 prompts x 8 samples, 24 new tokens, temperature 0.7, LoRA r 16 on every linear layer,
@@ -16,7 +16,8 @@ for `--rollouts` rollouts (validating on 8 problems, not 128, outside the timed 
 - our sampler's tokens/s (`generate`, rows x new tokens / seconds, median of `--sampler-iters` after a
   warm-up) against `model.generate(do_sample=True)`, same model, prompts, temperature and budget, EOS off
   for both so that every row samples the whole budget.
-`--full` trains every weight (`policy.lora=null`) instead; `--profile` runs one rollout under
+`--full` trains every weight (`policy.lora=null`) instead; `--override` adds a Hydra override after the
+preset's (repeatable: `--override policy.lora.fused=false`, to measure one change alone); `--profile` runs one rollout under
 torch.profiler and prints the update's operators by self CPU time. Medians are over every repeat's kept
 rollouts; the load average is printed before and after, and a repeat during which other processes used
 more than `harness.BUSY_CORES` cores is marked BUSY.
@@ -50,6 +51,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--sampler-iters", type=int, default=3, help="timed sampler calls (0: skip)")
     parser.add_argument("--profile", action="store_true", help="one rollout under torch.profiler")
+    parser.add_argument(
+        "--override", action="append", default=[], help="a Hydra override after the preset's (repeatable)"
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -60,8 +64,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.profile:
         args.rollouts, args.repeats, args.sampler_iters = 1, 1, 0
     spec = {k: getattr(args, k) for k in ("rollouts", "full", "threads", "sampler_iters", "profile")}
+    spec["overrides"] = list(args.override)
     case = "full fine-tuning" if args.full else "LoRA"
-    print(f"SmolLM2-135M-Instruct, +experiment=smollm2_addition, {case}, {args.threads} thread(s)")
+    extra = "".join(f" {o}" for o in args.override)
+    print(f"SmolLM2-135M-Instruct, +experiment=smollm2_addition{extra}, {case}, {args.threads} thread(s)")
     print(f"before: {load_average()} ({os.cpu_count()} CPUs)", flush=True)
     env = {"OMP_NUM_THREADS": str(args.threads)}
     runs = []

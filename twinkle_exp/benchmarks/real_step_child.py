@@ -27,7 +27,7 @@ PRESET = [
 ]
 
 
-def _build(full: bool, rollouts: int):
+def _build(full: bool, rollouts: int, extra: list[str]):
     """The preset's typed config and its PolicyModule, as a run builds them (no warm-start)."""
     from hydra import compose, initialize_config_module
 
@@ -36,7 +36,7 @@ def _build(full: bool, rollouts: int):
     from twinkle_exp.training.from_config import policy_and_task, policy_module
 
     register_configs()
-    overrides = [*PRESET, "policy.lora=null"] if full else list(PRESET)
+    overrides = [*PRESET, *(["policy.lora=null"] if full else []), *extra]
     with initialize_config_module(config_module="twinkle_exp.conf", version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     cfg.trainer.max_steps = rollouts * cfg.optim.mu * cfg.optim.num_minibatches
@@ -138,8 +138,10 @@ def _sampler_rates(module, typed, iters: int) -> dict[str, float]:
 
     r = typed.rollout
     prompts = next(iter(PromptStream(module.task, r.prompts_per_step, seed=typed.seed + 1)))["prompts"]
-    model, tokenizer = module.policy.eval(), _NoEos(module.tokenizer)
-    unwrap_peft(model).generation_config.eos_token_id = None
+    # Ours samples from what a rollout samples from (the merged copy by default); transformers' from the policy.
+    policy, tokenizer = module.policy.eval(), _NoEos(module.tokenizer)
+    model = module.parts.sampler_copy(policy)
+    unwrap_peft(policy).generation_config.eos_token_id = None
     options = SamplingOptions(
         max_new_tokens=r.max_new_tokens, group_size=r.group_size, temperature=r.temperature
     )
@@ -158,7 +160,7 @@ def _sampler_rates(module, typed, iters: int) -> dict[str, float]:
 
     def hf_generate(seed: int) -> None:
         torch.manual_seed(seed)  # generate draws from the global generator
-        out = model.generate(
+        out = policy.generate(
             input_ids=ids,
             attention_mask=mask,
             do_sample=True,
@@ -189,7 +191,7 @@ def run_child(spec: dict) -> dict:
     from twinkle_exp.models.backbone import output_head, unwrap_peft
 
     torch.set_num_threads(spec["threads"])
-    typed, module = _build(spec["full"], spec["rollouts"])
+    typed, module = _build(spec["full"], spec["rollouts"], spec.get("overrides", []))
     counter = _Counter(module)
     with tempfile.TemporaryDirectory() as out:
         table = _fit(module, typed, out, spec["profile"])
