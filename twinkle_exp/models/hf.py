@@ -26,7 +26,9 @@ def grouped_query_sdpa(device: torch.device) -> Iterator[None]:
     """While inside, on a CPU, transformers' SDPA attention reads grouped-query keys and values without
     copying them (torch's CPU kernel takes the groups with a mask: the same results, measured in
     docs/performance.md). Elsewhere, or when the environment sets the switch itself, nothing changes:
-    `TRANSFORMERS_SDPA_FORCE_GQA=0` keeps the copies."""
+    `TRANSFORMERS_SDPA_FORCE_GQA=0` keeps the copies. Reentrant; a pass that is differentiated holds its
+    backward inside too, since a checkpointed layer replays its forward there and must take the same path
+    (torch checks that the replay saves tensors of the same shapes)."""
     if device.type != "cpu" or FORCE_GQA in os.environ:
         yield
         return
