@@ -167,6 +167,7 @@ EXPECTED = {
             "optim.lr": 2e-4,
             "optim.mu": 1,
             "optim.num_minibatches": 4,
+            "optim.minibatch_split": "groups",
             "warmup.enabled": False,
         },
         "cites": [],

@@ -1,0 +1,153 @@
+"""Each change to the real model's step beside what it replaced, interleaved in one process.
+
+A whole rollout (`real_step.py`) moves by 5-10% between runs on a shared 2-core machine, more than a change
+that touches one part of it saves; here the old and the new path alternate call by call in one process,
+on the preset's shapes, so that the machine's drift falls on both alike. Cases:
+
+- `lora`: one LoRA MLP block (`[rows, hidden] -> intermediate -> hidden`, r 16, alpha 32), forward and
+  backward, peft's `lora.Linear` against `policy.lora.fused` (`models/lora_fused.py`);
+- `gqa`: the model's no-gradient pass (the reference's) and a forward and backward (the update's) with
+  grouped-query keys and values copied to every head (`TRANSFORMERS_SDPA_FORCE_GQA=0`) and handed to SDPA
+  as they are (`=1`, `models/hf.grouped_query_sdpa`). `--model smollm2` (the default) or `tiny` (tests).
+
+    OMP_NUM_THREADS=2 python -m twinkle_exp.benchmarks.step_changes --threads 2 --cases lora,gqa
+
+Prints the median, first and third quartile of each variant's seconds per call, and the load average
+before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from twinkle_exp.benchmarks.harness import load_average
+
+CASES = ("lora", "gqa")
+
+
+def interleaved(variants: dict[str, Callable[[], None]], iters: int, warmup: int) -> dict[str, list[float]]:
+    """Seconds per call of each variant, called in turn `iters` times after `warmup` calls each."""
+    for fn in variants.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(iters):
+        for name, fn in variants.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def lora_variants(rows: int, hidden: int, intermediate: int) -> dict[str, Callable[[], None]]:
+    import peft
+    from torch import nn
+
+    from twinkle_exp.models.lora_fused import fuse_lora_layers
+
+    def block(fused: bool) -> nn.Module:
+        torch.manual_seed(0)
+        mlp = nn.Sequential(
+            nn.Linear(hidden, intermediate, bias=False), nn.Linear(intermediate, hidden, bias=False)
+        )
+        model = peft.get_peft_model(mlp, peft.LoraConfig(r=16, lora_alpha=32, target_modules=["0", "1"]))
+        if fused and fuse_lora_layers(model) != 2:
+            raise RuntimeError("the fused layers did not replace peft's")
+        return model
+
+    x = torch.randn(rows, hidden, requires_grad=True)  # [rows, hidden]
+
+    def step(model: nn.Module) -> Callable[[], None]:
+        return lambda: model(x).sum().backward()
+
+    return {"peft lora.Linear": step(block(False)), "fused (policy.lora.fused)": step(block(True))}
+
+
+def gqa_variants(model_name: str, rows: int, columns: int) -> dict[str, Callable[[], None]]:
+    from twinkle_exp.models.hf import FORCE_GQA, build_tiny_qwen2, load_hf_model
+
+    if model_name == "tiny":
+        model = build_tiny_qwen2(
+            256,
+            hidden_size=32,
+            intermediate_size=64,
+            num_layers=2,
+            num_heads=4,
+            num_kv_heads=2,
+            max_position_embeddings=128,
+        )
+    else:
+        from twinkle_exp.models.gguf import resolve_source
+
+        model = load_hf_model(resolve_source(model_name), attn_implementation="sdpa")
+    vocab = model.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (rows, columns), generator=g)  # [B, T]
+    mask = torch.ones_like(ids)  # [B, T], a third of the rows left-padded as a rollout's are
+    mask[::3, : columns // 8] = 0
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, T]
+
+    def call(flag: str, grad: bool) -> Callable[[], None]:
+        def run() -> None:
+            os.environ[FORCE_GQA] = flag
+            with torch.set_grad_enabled(grad):
+                logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits  # [B, T, V]
+                if grad:
+                    logits[:, -columns // 3 :].sum().backward()
+
+        return run
+
+    return {
+        "no-grad pass, copies": call("0", False),
+        "no-grad pass, grouped": call("1", False),
+        "forward+backward, copies": call("0", True),
+        "forward+backward, grouped": call("1", True),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", default="lora,gqa", help=f"comma-separated, of {', '.join(CASES)}")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--iters", type=int, default=40, help="timed calls of each variant (gqa: a quarter)")
+    parser.add_argument("--model", default="smollm2", help="the gqa case's model: smollm2 or tiny")
+    parser.add_argument("--rows", type=int, default=736, help="lora: rows (an update minibatch's tokens)")
+    args = parser.parse_args(argv)
+    cases = [c for c in args.cases.split(",") if c]
+    unknown = [c for c in cases if c not in CASES]
+    if unknown or not cases:
+        raise SystemExit(f"--cases: unknown {unknown} (choose from {', '.join(CASES)})")
+    torch.set_num_threads(args.threads)
+    saved = os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA")
+    print(f"{args.threads} thread(s); before: {load_average()}")
+    try:
+        for case in cases:
+            if case == "lora":
+                variants, iters = lora_variants(args.rows, 576, 1536), args.iters
+                shape = f"[{args.rows}, 576] -> 1536 -> 576, r 16"
+            else:
+                variants, iters = gqa_variants(args.model, 16, 70), max(2, args.iters // 4)
+                shape = f"{args.model}, [16, 70]"
+            times = interleaved(variants, iters, warmup=2)
+            print(f"{case} ({shape}), {iters} calls each, interleaved:")
+            for name, values in times.items():
+                q1, _, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else (values[0],) * 3
+                print(
+                    f"  {name:28s} median {statistics.median(values) * 1e3:9.2f} ms  (quartiles {q1 * 1e3:.2f}-{q3 * 1e3:.2f})"
+                )
+    finally:
+        if saved is None:
+            os.environ.pop("TRANSFORMERS_SDPA_FORCE_GQA", None)
+        else:
+            os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = saved
+    print(f"after: {load_average()}")
+
+
+if __name__ == "__main__":
+    main()
