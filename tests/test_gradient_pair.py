@@ -37,8 +37,8 @@ class _Scaled:
         return LossOutput(self.factor * out.loss, out.metrics)
 
 
-def _plan(loss=None):
-    module = module_helpers.make_module(loss or GRPOLoss(), old_logps="recompute")
+def _plan(loss=None, module=None):
+    module = module or module_helpers.make_module(loss or GRPOLoss(), old_logps="recompute")
     module.parts.recompute_old_logps = True
     module.state.start(torch.device("cpu"), 0, rank=0)
     batch = next(iter(PromptStream(module.task, module.rollout_cfg.prompts_per_step, seed=0)))
@@ -181,3 +181,45 @@ def test_the_command_compares_along_a_tiny_run(tmp_path, capsys):
     for line in lines[1:]:
         row = dict(zip(gradients.CSV_COLUMNS, line.split(","), strict=True))
         assert float(row[G.COSINE]) == pytest.approx(1.0, abs=1e-9) and float(row[G.WEIGHTS_DIFFER]) == 0.0
+
+
+def test_the_comparison_runs_through_checkpointed_grouped_query_layers():
+    # A checkpointed layer replays its forward inside the backward: both must take one attention path (the
+    # replay outside the grouped-query setting copied the keys and values, and torch refused their shapes).
+    from hf_helpers import char_level_hf_tokenizer
+
+    from twinkle_exp.config.schema import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
+    from twinkle_exp.models import build_tiny_qwen2
+    from twinkle_exp.models.hf import HFTokenizerAdapter, enable_gradient_checkpointing
+    from twinkle_exp.policy.build import Policy
+    from twinkle_exp.rewards import RewardFunction, RewardSet
+    from twinkle_exp.tasks import AdditionTask
+    from twinkle_exp.training.module import PolicyModule
+
+    tokenizer = HFTokenizerAdapter(char_level_hf_tokenizer())
+    model = build_tiny_qwen2(
+        len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_layers=1,
+        num_heads=4,
+        num_kv_heads=2,  # two query heads share each key/value head
+        max_position_embeddings=64,
+    )
+    enable_gradient_checkpointing(model)
+    module = PolicyModule(
+        Policy(model, tokenizer),
+        AdditionTask(min_digits=1, max_digits=2, num_validation=8),
+        RewardSet([RewardFunction("digits", module_helpers.digit_fraction)], truncated_max=None),
+        GRPOLoss(),
+        rollout=RolloutConfig(prompts_per_step=4, group_size=4, max_new_tokens=8),
+        advantage=AdvantageConfig(),
+        optim=OptimConfig(),
+        trainer=TrainerConfig(val_every=10, val_batch_size=8, samples_every=1000),
+    )
+    module, plan = _plan(module=module)
+    # The checkpointed layers train (set_update_mode): the replay happens in the comparison's backward.
+    assert any(getattr(m, "gradient_checkpointing", False) is True and m.training for m in model.modules())
+    grpo = GRPOLoss()
+    _, _, same = _compare(module, plan, [grpo, grpo])
+    assert same[G.COSINE] == pytest.approx(1.0, abs=1e-9) and same[G.NORM_A] > 0
