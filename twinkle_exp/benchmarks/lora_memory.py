@@ -59,7 +59,6 @@ def measure(case: str, args: argparse.Namespace) -> dict:
 
     from twinkle_exp.loss import GRPOLoss
     from twinkle_exp.models import LoraSettings, enable_gradient_checkpointing
-    from twinkle_exp.models.hf import grouped_query_sdpa
     from twinkle_exp.models.lora import apply_lora, trainable_parameters
     from twinkle_exp.policy.logprobs import sequence_logps
     from twinkle_exp.policy.reference import Reference
@@ -97,11 +96,10 @@ def measure(case: str, args: argparse.Namespace) -> dict:
         with reference.weights() as ref_model:
             ref_logps, _ = sequence_logps(ref_model, ids, mask, positions, labels)
         model.train()
-        with grouped_query_sdpa(ids.device):  # a checkpointed backward replays the forward's attention path
-            logps, _ = sequence_logps(model, ids, mask, positions, labels)
-            out = loss_fn(logps=logps, labels=labels, advantages=advantages, ref_logps=ref_logps)
-            optimizer.zero_grad(set_to_none=True)
-            out.loss.backward()
+        logps, _ = sequence_logps(model, ids, mask, positions, labels)
+        out = loss_fn(logps=logps, labels=labels, advantages=advantages, ref_logps=ref_logps)
+        optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
         optimizer.step()
     seconds = (time.perf_counter() - start) / args.steps
     count = sum(p.numel() for p in model.parameters())

@@ -19,7 +19,6 @@ before and after.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -70,7 +69,7 @@ def lora_variants(rows: int, hidden: int, intermediate: int) -> dict[str, Callab
 
 
 def gqa_variants(model_name: str, rows: int, columns: int) -> dict[str, Callable[[], None]]:
-    from twinkle_exp.models.hf import FORCE_GQA, build_tiny_qwen2, load_hf_model
+    from twinkle_exp.models.hf import GqaSwitch, build_tiny_qwen2, load_hf_model
 
     if model_name == "tiny":
         model = build_tiny_qwen2(
@@ -95,8 +94,7 @@ def gqa_variants(model_name: str, rows: int, columns: int) -> dict[str, Callable
 
     def call(flag: str, grad: bool) -> Callable[[], None]:
         def run() -> None:
-            os.environ[FORCE_GQA] = flag
-            with torch.set_grad_enabled(grad):
+            with GqaSwitch(flag), torch.set_grad_enabled(grad):
                 logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits  # [B, T, V]
                 if grad:
                     logits[:, -columns // 3 :].sum().backward()
@@ -124,28 +122,21 @@ def main(argv: list[str] | None = None) -> None:
     if unknown or not cases:
         raise SystemExit(f"--cases: unknown {unknown} (choose from {', '.join(CASES)})")
     torch.set_num_threads(args.threads)
-    saved = os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA")
     print(f"{args.threads} thread(s); before: {load_average()}")
-    try:
-        for case in cases:
-            if case == "lora":
-                variants, iters = lora_variants(args.rows, 576, 1536), args.iters
-                shape = f"[{args.rows}, 576] -> 1536 -> 576, r 16"
-            else:
-                variants, iters = gqa_variants(args.model, 16, 70), max(2, args.iters // 4)
-                shape = f"{args.model}, [16, 70]"
-            times = interleaved(variants, iters, warmup=2)
-            print(f"{case} ({shape}), {iters} calls each, interleaved:")
-            for name, values in times.items():
-                q1, _, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else (values[0],) * 3
-                print(
-                    f"  {name:28s} median {statistics.median(values) * 1e3:9.2f} ms  (quartiles {q1 * 1e3:.2f}-{q3 * 1e3:.2f})"
-                )
-    finally:
-        if saved is None:
-            os.environ.pop("TRANSFORMERS_SDPA_FORCE_GQA", None)
+    for case in cases:
+        if case == "lora":
+            variants, iters = lora_variants(args.rows, 576, 1536), args.iters
+            shape = f"[{args.rows}, 576] -> 1536 -> 576, r 16"
         else:
-            os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = saved
+            variants, iters = gqa_variants(args.model, 16, 70), max(2, args.iters // 4)
+            shape = f"{args.model}, [16, 70]"
+        times = interleaved(variants, iters, warmup=2)
+        print(f"{case} ({shape}), {iters} calls each, interleaved:")
+        for name, values in times.items():
+            q1, _, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else (values[0],) * 3
+            print(
+                f"  {name:28s} median {statistics.median(values) * 1e3:9.2f} ms  (quartiles {q1 * 1e3:.2f}-{q3 * 1e3:.2f})"
+            )
     print(f"after: {load_average()}")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -21,22 +21,47 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"
 
 
-@contextlib.contextmanager
-def grouped_query_sdpa(device: torch.device) -> Iterator[None]:
+class GqaSwitch:
+    """While inside, `TRANSFORMERS_SDPA_FORCE_GQA` is `value` (None: unset); then what it was before.
+    Reusable: a checkpoint's replay context is entered once for every backward through the layer."""
+
+    def __init__(self, value: str | None) -> None:
+        self.value = value
+        self._before: list[str | None] = []
+
+    def __enter__(self) -> None:
+        self._before.append(os.environ.get(FORCE_GQA))
+        _set_gqa(self.value)
+
+    def __exit__(self, *exc: object) -> None:
+        _set_gqa(self._before.pop())
+
+
+def _set_gqa(value: str | None) -> None:
+    if value is None:
+        os.environ.pop(FORCE_GQA, None)
+    else:
+        os.environ[FORCE_GQA] = value
+
+
+def grouped_query_sdpa(device: torch.device) -> contextlib.AbstractContextManager[None]:
     """While inside, on a CPU, transformers' SDPA attention reads grouped-query keys and values without
     copying them (torch's CPU kernel takes the groups with a mask: the same results, measured in
     docs/performance.md). Elsewhere, or when the environment sets the switch itself, nothing changes:
-    `TRANSFORMERS_SDPA_FORCE_GQA=0` keeps the copies. Reentrant; a pass that is differentiated holds its
-    backward inside too, since a checkpointed layer replays its forward there and must take the same path
-    (torch checks that the replay saves tensors of the same shapes)."""
+    `TRANSFORMERS_SDPA_FORCE_GQA=0` keeps the copies. A checkpointed layer's replay in the backward, which
+    runs after this has exited, takes the forward's path all the same (`enable_gradient_checkpointing`)."""
     if device.type != "cpu" or FORCE_GQA in os.environ:
-        yield
-        return
-    os.environ[FORCE_GQA] = "1"
-    try:
-        yield
-    finally:
-        os.environ.pop(FORCE_GQA, None)
+        return contextlib.nullcontext()
+    return GqaSwitch("1")
+
+
+def _replay_as_recorded() -> tuple[
+    contextlib.AbstractContextManager[None], contextlib.AbstractContextManager[None]
+]:
+    """torch.utils.checkpoint's `context_fn`, called at a checkpointed layer's forward: the replay in the
+    backward runs under the grouped-query switch as that forward found it, wherever the backward is called
+    (torch refuses a replay that saves tensors of other shapes, as copied keys and values are)."""
+    return contextlib.nullcontext(), GqaSwitch(os.environ.get(FORCE_GQA))
 
 
 def _import_transformers() -> Any:
@@ -123,13 +148,14 @@ def enable_gradient_checkpointing(model: nn.Module) -> None:
     """Recompute each layer's activations in backward instead of keeping them: memory for ~30% more compute.
 
     Non-reentrant checkpointing, because the reentrant kind drops the gradients of LoRA adapters when the
-    embeddings (frozen) do not require grad. Training only: in eval mode (sampling) transformers skips it.
+    embeddings (frozen) do not require grad; its replays keep their forward's attention path
+    (`_replay_as_recorded`). Training only: in eval mode (sampling) transformers skips it.
     """
     if not getattr(model, "supports_gradient_checkpointing", False):
         raise ValueError(
             f"policy.gradient_checkpointing: {type(model).__name__} does not support gradient checkpointing"
         )
-    kwargs = {"use_reentrant": False}
+    kwargs = {"use_reentrant": False, "context_fn": _replay_as_recorded}
     if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.2x's name; the old one warns
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import torch
 
 from twinkle_exp.loss import LossFn
-from twinkle_exp.models.hf import grouped_query_sdpa
 from twinkle_exp.policy.logprobs import sequence_logps
 from twinkle_exp.training.micro_loss import LossExtras, micro_batch_loss
 from twinkle_exp.training.update_plan import UpdatePlan
@@ -79,38 +78,36 @@ def gradients(
     `policy` (in the mode it is in; its .grad fields are left alone). The normalisers are the rows' own
     totals, as in an optimizer step on those rows; `extras` (the run's rollout correction and per-token
     advantages, `step_parts.loss_extras`) are applied as the step applies them (`micro_loss.py`)."""
-    # The backwards replay checkpointed layers' forwards: both under one grouped-query setting.
-    with grouped_query_sdpa(plan.rollout.input_ids.device):
-        b, params = plan.rollout, [p for p in policy.parameters() if p.requires_grad]
-        extras = extras or LossExtras()
-        device = b.input_ids.device
-        idx = rows.to(device)
-        needs_entropy = extras.needs_entropy or any(f.needs_entropy for f in losses)
-        logps, entropy = sequence_logps(
-            policy,
-            b.input_ids[idx],
-            b.attention_mask[idx],
-            b.position_ids[idx],
-            b.labels[idx],
-            temperature=temperature,
-            with_entropy=needs_entropy,
-            entropy_grad=any(f.entropy_grad for f in losses),
+    b, params = plan.rollout, [p for p in policy.parameters() if p.requires_grad]
+    extras = extras or LossExtras()
+    device = b.input_ids.device
+    idx = rows.to(device)
+    needs_entropy = extras.needs_entropy or any(f.needs_entropy for f in losses)
+    logps, entropy = sequence_logps(
+        policy,
+        b.input_ids[idx],
+        b.attention_mask[idx],
+        b.position_ids[idx],
+        b.labels[idx],
+        temperature=temperature,
+        with_entropy=needs_entropy,
+        entropy_grad=any(f.entropy_grad for f in losses),
+    )
+    mask = b.completion_mask[idx]
+    totals = {"num_sequences": len(rows), "num_tokens": int(mask.sum())}
+    advantages = plan.adv.advantages[: b.input_ids.shape[0]].to(device)[idx]
+    out = []
+    for i, loss_fn in enumerate(losses):
+        result, _ = micro_batch_loss(loss_fn, plan, idx, logps, entropy, advantages, totals, extras)
+        grads = torch.autograd.grad(
+            result.loss, [logps, *params], retain_graph=i < len(losses) - 1, allow_unused=True
         )
-        mask = b.completion_mask[idx]
-        totals = {"num_sequences": len(rows), "num_tokens": int(mask.sum())}
-        advantages = plan.adv.advantages[: b.input_ids.shape[0]].to(device)[idx]
-        out = []
-        for i, loss_fn in enumerate(losses):
-            result, _ = micro_batch_loss(loss_fn, plan, idx, logps, entropy, advantages, totals, extras)
-            grads = torch.autograd.grad(
-                result.loss, [logps, *params], retain_graph=i < len(losses) - 1, allow_unused=True
-            )
-            flat = torch.cat(
-                [
-                    (torch.zeros_like(p) if g is None else g).reshape(-1)
-                    for g, p in zip(grads[1:], params, strict=True)
-                ]
-            )
-            weights = torch.zeros_like(logps) if grads[0] is None else grads[0]
-            out.append(Gradient(flat.detach(), weights.detach().masked_fill(~mask, 0.0)))
-        return out
+        flat = torch.cat(
+            [
+                (torch.zeros_like(p) if g is None else g).reshape(-1)
+                for g, p in zip(grads[1:], params, strict=True)
+            ]
+        )
+        weights = torch.zeros_like(logps) if grads[0] is None else grads[0]
+        out.append(Gradient(flat.detach(), weights.detach().masked_fill(~mask, 0.0)))
+    return out

@@ -17,7 +17,6 @@ import torch
 
 from twinkle_exp.lifecycle.nonfinite import NonFiniteGuard
 from twinkle_exp.loss import LossFn
-from twinkle_exp.models.hf import grouped_query_sdpa
 from twinkle_exp.parallel import collectives
 from twinkle_exp.policy.logprobs import sequence_logps
 from twinkle_exp.policy.shared_prefix import SharedPrefix
@@ -57,28 +56,25 @@ def accumulate_gradients(
     advantages = plan.adv.advantages.tensor_split(ranks)[collectives.rank()].to(device)
     stats = StepMetrics()
     extras = extras or LossExtras()
-    # One grouped-query setting for the forward and the backward: a checkpointed layer recomputes its
-    # forward inside the backward, and must take the same attention path as the pass it replays.
-    with grouped_query_sdpa(device):
-        for part, prefix in parts:
-            logps, entropy = sequence_logps(
-                policy,
-                b.input_ids[part],
-                b.attention_mask[part],
-                b.position_ids[part],
-                b.labels[part],
-                temperature=temperature,
-                with_entropy=True,
-                entropy_grad=loss_fn.entropy_grad,  # only then: it holds [b, T, V] logits
-                prefix=prefix,
-            )
-            # masked_fill, not logps[mask]: boolean indexing would wait for the GPU on every micro-batch.
-            guard.watch("log-prob", logps.detach().masked_fill(~mask[part], 0.0))
-            out, weight_metrics = micro_batch_loss(
-                loss_fn, plan, part, logps, entropy, advantages[part], totals, extras
-            )
-            guard.watch("loss", out.loss)
-            backward(out.loss * ranks)
-            gap = logps.detach() - b.old_logps[part] if sampler_gap else None
-            stats.add_micro(out, mask[part], entropy.detach(), gap, weight_metrics)
+    for part, prefix in parts:
+        logps, entropy = sequence_logps(
+            policy,
+            b.input_ids[part],
+            b.attention_mask[part],
+            b.position_ids[part],
+            b.labels[part],
+            temperature=temperature,
+            with_entropy=True,
+            entropy_grad=loss_fn.entropy_grad,  # only then: it holds [b, T, V] logits
+            prefix=prefix,
+        )
+        # masked_fill, not logps[mask]: boolean indexing would wait for the GPU on every micro-batch.
+        guard.watch("log-prob", logps.detach().masked_fill(~mask[part], 0.0))
+        out, weight_metrics = micro_batch_loss(
+            loss_fn, plan, part, logps, entropy, advantages[part], totals, extras
+        )
+        guard.watch("loss", out.loss)
+        backward(out.loss * ranks)
+        gap = logps.detach() - b.old_logps[part] if sampler_gap else None
+        stats.add_micro(out, mask[part], entropy.detach(), gap, weight_metrics)
     return stats
