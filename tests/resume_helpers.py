@@ -32,12 +32,13 @@ def signal_at_loss_call(module: PolicyModule, call: int, signum: int = signal.SI
 
 
 class _SignalAtCall:
-    """The wrapped loss, with what the `LossFn` protocol declares (beta, needs_entropy, entropy_grad)."""
+    """The wrapped loss, with what the `LossFn` protocol declares (beta, needs_entropy, entropy_grad, zero_advantage_inert)."""
 
     def __init__(self, inner, call: int, signum: int) -> None:
         self.inner, self.call, self.signum, self.calls = inner, call, signum, 0
         self.beta, self.needs_entropy = inner.beta, inner.needs_entropy
         self.entropy_grad = inner.entropy_grad
+        self.zero_advantage_inert = inner.zero_advantage_inert
 
     def __getattr__(self, name: str) -> Any:  # anything else the trainer reads (the spec, metric keys)
         return getattr(self.inner, name)

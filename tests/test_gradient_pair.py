@@ -31,6 +31,7 @@ class _Scaled:
     def __init__(self, inner, factor: float) -> None:
         self.inner, self.factor = inner, factor
         self.beta, self.needs_entropy, self.entropy_grad = inner.beta, inner.needs_entropy, inner.entropy_grad
+        self.zero_advantage_inert = inner.zero_advantage_inert
 
     def __call__(self, **inputs) -> LossOutput:
         out = self.inner(**inputs)

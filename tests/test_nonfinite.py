@@ -70,11 +70,12 @@ def _nan_logits_in_the_update(module):
 
 class _NaNLoss:
     """The module's loss times NaN on the calls `broken` picks (all: None), with what the `LossFn`
-    protocol declares (beta, needs_entropy, entropy_grad) and the rest of the wrapped loss's attributes."""
+    protocol declares (beta, needs_entropy, entropy_grad, zero_advantage_inert) and the rest of the wrapped loss's attributes."""
 
     def __init__(self, inner, broken: set[int] | None = None) -> None:
         self.inner, self.broken, self.calls = inner, broken, 0
         self.beta, self.needs_entropy, self.entropy_grad = inner.beta, inner.needs_entropy, inner.entropy_grad
+        self.zero_advantage_inert = inner.zero_advantage_inert
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)

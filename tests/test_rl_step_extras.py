@@ -89,6 +89,7 @@ class _Capture:
     def __init__(self) -> None:
         self.inner, self.calls = GRPOLoss(), []
         self.beta, self.needs_entropy, self.entropy_grad = 0.0, True, False
+        self.zero_advantage_inert = False
 
     def __call__(self, **kwargs):
         self.calls.append({k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)})

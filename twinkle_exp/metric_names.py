@@ -26,6 +26,9 @@ COMPLETION_LENGTH_CORRECT = "train/completions/mean_length_correct"
 COMPLETION_LENGTH_INCORRECT = "train/completions/mean_length_incorrect"
 GRAD_NORM = "train/grad_norm"  # of the unscaled gradients, before clipping
 LEARNING_RATE = "train/lr"  # the rate the optimizer step used
+# optim.skip_zero_advantage: the share of the optimizer step's rows left out of its forward and backward
+# (advantage exactly 0); absent without the setting.
+ZERO_ADVANTAGE_ROWS_SKIPPED = "train/zero_advantage_rows_skipped"
 # |trainer's log-prob - sampler's| per completion token, on a rollout's first minibatch before any update:
 # how far the sampler (KV-cached, maybe another precision or engine) is from the training forward.
 LOGP_MISMATCH_MEAN = "train/logp_mismatch/mean"

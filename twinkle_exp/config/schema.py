@@ -205,6 +205,12 @@ class OptimConfig(Related):
     # A step with a non-finite reward, advantage, log-prob, loss or gradient is skipped (train/skipped_steps);
     # this many in a row stop the run with a checkpoint and a message naming the first non-finite quantity.
     max_skipped_steps: int = param(10, positive_int)
+    # Leave the rows whose advantage is exactly 0 (a group whose rewards all agree) out of the update's
+    # forward and backward: they add nothing to the gradient of a loss that is `zero_advantage_inert` (no KL
+    # term, no entropy bonus), so the weights are the same up to float rounding in fewer FLOPs. The losses'
+    # normalisers still count every row; the step's metrics (entropy, ratios, clip shares) are over the rows
+    # trained. One process only (data-parallel ranks must run the same passes).
+    skip_zero_advantage: bool = False
 
     @staticmethod
     def relations(o: Mapping[str, Any]) -> list[str]:
@@ -216,6 +222,26 @@ class OptimConfig(Related):
                 "recomputed / sampler log-probs, so it needs them recomputed; use optim.old_logps=auto or recompute"
             ]
         return []
+
+
+def skip_zero_advantage_problem(skip: bool, loss: Any, estimator: str) -> str | None:
+    """Why optim.skip_zero_advantage=`skip` cannot run with the built `loss` and advantage.`estimator`, or None:
+    rows of advantage 0 must add nothing to the gradient (`zero_advantage_inert`), and an estimator's per-token
+    shaping could make their tokens' advantages non-zero."""
+    if not skip:
+        return None
+    if not loss.zero_advantage_inert:
+        return (
+            f"optim.skip_zero_advantage=true with {type(loss).__name__}: rows whose advantage is 0 still reach "
+            "its gradient (a KL term, beta > 0; an entropy bonus or quantile; or an objective that is not a "
+            "multiple of the advantage); use optim.skip_zero_advantage=false"
+        )
+    if ESTIMATORS[estimator].token_shaping is not None:
+        return (
+            f"optim.skip_zero_advantage=true with advantage.estimator={estimator}: its per-token advantages "
+            "are shaped from the entropies, not the sequence's alone; use optim.skip_zero_advantage=false"
+        )
+    return None
 
 
 @dataclass
@@ -355,6 +381,14 @@ class Config(Related):
             problems.append(
                 f"rollout.staleness={staleness} with trainer=fsdp: the lagged copies are of whole weights, "
                 "not of FSDP shards; use trainer=ddp or a single device"
+            )
+        devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
+        several = (isinstance(devices, int) and devices > 1) or (isinstance(nodes, int) and nodes > 1)
+        if c["optim"].get("skip_zero_advantage") is True and (several or devices == -1):
+            problems.append(
+                f"optim.skip_zero_advantage=true with trainer.devices={devices}, trainer.num_nodes={nodes}: "
+                "it runs on one process (each rank would run its own number of passes); use "
+                "optim.skip_zero_advantage=false"
             )
         reward = c.get("reward")
         reward = reward if isinstance(reward, Mapping) else {}  # absent or MISSING in a partial config

@@ -67,6 +67,11 @@ class PolicyGradientLoss:
     # The `loss=<name>` option's values that are not the class's defaults: interpolations into the rest of
     # the experiment's config (Dr.GRPO's length is the sampler's budget).
     config_defaults: ClassVar[dict[str, str]] = {}
+    # Whether `per_token` is a multiple of each row's advantage and reads the other rows only through the
+    # step's totals (no selection per call: a covariance, a second moment, a clip search): then a row whose
+    # advantage is 0 adds nothing to the gradient (`zero_advantage_inert`). Off unless a class says so, and
+    # each class that does is checked against its own gradients (tests/test_zero_advantage_rows.py).
+    advantage_linear: ClassVar[bool] = False
 
     clip_range: float = param(0.2, positive)
     clip_range_high: float | None = param(None, optional(positive))  # None: same as clip_range
@@ -112,6 +117,13 @@ class PolicyGradientLoss:
     def entropy_grad(self) -> bool:
         """Whether the entropies need their gradient: an entropy bonus is part of the loss."""
         return self.entropy_coef != 0.0
+
+    @property
+    def zero_advantage_inert(self) -> bool:
+        """Whether rows whose advantage is exactly 0 can leave the update with the gradient unchanged: the
+        objective is `advantage_linear` and no term outside it (a KL penalty, an entropy bonus, the per-call
+        entropy quantile) reaches those rows (`optim.skip_zero_advantage`)."""
+        return type(self).advantage_linear and self.beta == 0 and not self.needs_entropy
 
     @property
     def spec(self) -> LossSpec:

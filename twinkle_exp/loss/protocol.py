@@ -14,13 +14,17 @@ class LossFn(Protocol):
     """A loss the trainer can optimise: what it asks of the trainer, and a call on one micro-batch.
 
     `beta > 0` makes the trainer build a frozen reference and pass `ref_logps`; `needs_entropy` makes it
-    pass `entropies`, with their gradient when `entropy_grad`. The call's sum over the micro-batches of an
+    pass `entropies`, with their gradient when `entropy_grad`; `zero_advantage_inert` lets the trainer leave rows
+    whose advantage is 0 out of the forward. The call's sum over the micro-batches of an
     optimizer step must equal the loss of the whole step, given the step's totals.
     """
 
     beta: float
     needs_entropy: bool  # pass `entropies`
     entropy_grad: bool  # ... with their gradient (an entropy bonus), which only the logits path can give
+    zero_advantage_inert: (
+        bool  # rows with advantage 0 add nothing to the gradient (optim.skip_zero_advantage)
+    )
 
     def __call__(
         self,

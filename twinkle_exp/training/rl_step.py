@@ -249,7 +249,9 @@ def optimizer_step(
     """The plan's next optimizer step: its metrics (keyed as logged, at `stepper.steps_done()`), and why the
     run must stop (too many non-finite steps in a row) or None."""
     b = plan.rollout
-    rows = plan.steps[plan.next_step].split(parts.optim.micro_batch_size or b.input_ids.shape[0])
+    step_rows = plan.steps[plan.next_step]
+    trained = plan.rows_with_gradient(step_rows) if parts.optim.skip_zero_advantage else step_rows
+    rows = [r for r in trained.split(parts.optim.micro_batch_size or b.input_ids.shape[0]) if len(r)]
     micro = [(part.to(parts.device), plan.prefixes.for_rows(part, parts.device)) for part in rows]
     stepper.optimizer.zero_grad(set_to_none=True)
     if plan.non_finite is not None:
@@ -264,6 +266,7 @@ def optimizer_step(
         backward=stepper.backward,
         sampler_gap=plan.next_step == 0,
         extras=loss_extras(parts),
+        step_rows=step_rows.to(parts.device),
     )
     lr = stepper.optimizer.param_groups[0]["lr"]
     parts.lagged.before_step(parts.policy, stepper.steps_done())
@@ -272,7 +275,10 @@ def optimizer_step(
     plan.next_step += 1
     checked, step = stepper.checked(), stepper.steps_done()
     stop = guard.stop_message(step) if guard.record(step, checked.skipped_for) else None
-    return stats.summary(checked.norm, lr) | {M.SKIPPED_STEPS: float(guard.skipped)}, stop
+    metrics = stats.summary(checked.norm, lr) | {M.SKIPPED_STEPS: float(guard.skipped)}
+    if parts.optim.skip_zero_advantage:
+        metrics[M.ZERO_ADVANTAGE_ROWS_SKIPPED] = 1.0 - len(trained) / len(step_rows)
+    return metrics, stop
 
 
 def optimizer_steps(

@@ -76,6 +76,8 @@ class StepMetrics:
         device = grad_norm.device
         values = {}
         for op, part in (("sum", sums), ("min", mins), ("max", maxs)):
+            if not part:  # a step that ran no micro-batch (optim.skip_zero_advantage) has no minima
+                continue
             packed = torch.stack(
                 [torch.as_tensor(v, dtype=torch.float32, device=device) for v in part.values()]
             )

@@ -9,7 +9,12 @@ from typing import Any
 
 import torch
 
-from twinkle_exp.config.schema import AdvantageConfig, OptimConfig, RolloutConfig
+from twinkle_exp.config.schema import (
+    AdvantageConfig,
+    OptimConfig,
+    RolloutConfig,
+    skip_zero_advantage_problem,
+)
 from twinkle_exp.loss import LossFn
 from twinkle_exp.loss.advantages import AdvantageSettings, token_shaping
 from twinkle_exp.policy.build import Policy
@@ -59,6 +64,11 @@ class StepParts:
     def check_minibatches(self, ranks: int) -> None:
         r = self.rollout
         check_minibatches(self.optim.num_minibatches, r.prompts_per_step * r.group_size, ranks)
+        if self.optim.skip_zero_advantage and ranks > 1:
+            raise ValueError(
+                f"optim.skip_zero_advantage=true runs on one process, not {ranks} ranks: each rank would "
+                "run its own number of passes; use optim.skip_zero_advantage=false"
+            )
 
     def use_loss(self, loss_fn: LossFn, started: bool) -> None:
         """Train with `loss_fn` from now on; builds the reference if it needs one (not once `started`)."""
@@ -70,6 +80,11 @@ class StepParts:
             if started:
                 raise ValueError("cannot switch to a loss with beta > 0 after training started: no reference")
             self.reference = Reference.of(self.policy, self.load_reference)
+        problem = skip_zero_advantage_problem(
+            self.optim.skip_zero_advantage, loss_fn, self.advantage.estimator
+        )
+        if problem is not None:
+            raise ValueError(problem)
         self.loss_fn = loss_fn
 
     def start(self, device: torch.device, precision: str) -> None:

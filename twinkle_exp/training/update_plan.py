@@ -15,7 +15,9 @@ from typing import Any
 
 import torch
 
+from twinkle_exp.logprobs import IGNORE_INDEX
 from twinkle_exp.loss.advantages import AdvantageResult
+from twinkle_exp.parallel import collectives
 from twinkle_exp.policy.shared_prefix import PrefixIndex
 from twinkle_exp.sampling.generate import RolloutBatch
 
@@ -46,6 +48,29 @@ class UpdatePlan:
 
         Built once per rollout: it reads the prompt columns on the host, a sync on a GPU."""
         return PrefixIndex.of(self.rollout)
+
+    @functools.cached_property
+    def label_ends(self) -> torch.Tensor:
+        """`[N]` long on the host: one past each row's last labelled column (its prompt's width without one).
+
+        A micro-batch needs no column past its rows' largest: a row's log-probs depend only on the columns
+        before them, so the padding a longer row of the rollout put there is work without effect. Read once
+        per rollout (a sync on a GPU)."""
+        labelled = (self.rollout.labels != IGNORE_INDEX).cpu()
+        columns = torch.arange(1, labelled.shape[1] + 1)
+        return (labelled * columns).amax(1).clamp(min=self.prefixes.width)
+
+    @functools.cached_property
+    def _advantage_nonzero(self) -> torch.Tensor:
+        """`[N]` bool on the host: this rank's rows whose advantage is not exactly 0 (a sync on a GPU, once)."""
+        ranks = collectives.world_size()
+        mine = self.adv.advantages.tensor_split(ranks)[collectives.rank()].cpu()
+        return mine.ne(0).reshape(mine.shape[0], -1).any(1)
+
+    def rows_with_gradient(self, rows: torch.Tensor) -> torch.Tensor:
+        """`rows` (`[n]` long) less those whose advantage is exactly 0: a loss that is `zero_advantage_inert`
+        gets no gradient from them (optim.skip_zero_advantage)."""
+        return rows[self._advantage_nonzero[rows.cpu()].to(rows.device)]
 
     def check_replayed(self, prompts: list[str]) -> None:
         """A resumed run's stream must give the interrupted rollout's prompts again."""

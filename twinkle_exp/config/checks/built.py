@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from twinkle_exp.config.checks import examples
-from twinkle_exp.config.schema import RewardConfig
+from twinkle_exp.config.schema import RewardConfig, skip_zero_advantage_problem
 from twinkle_exp.errors import UserError
 
 
@@ -33,10 +33,15 @@ def built_problems(cfg: DictConfig, plain: dict[str, Any], chosen: dict[str, str
     except UserError as exc:
         yield str(exc)
     try:  # the loss's relations between its parameters (clip_ratio_c on a loss that does not clip, ...)
-        instantiate(cfg.loss)
+        loss = instantiate(cfg.loss)
     except Exception as exc:
         cause = exc.__cause__ or exc
         yield f"loss={chosen['loss'] or cfg.loss.get('_target_', '')}: {cause}"
+    else:
+        skip, estimator = plain["optim"].get("skip_zero_advantage", False), plain["advantage"]["estimator"]
+        problem = skip_zero_advantage_problem(skip, loss, estimator)
+        if problem is not None:
+            yield problem
     try:
         task = instantiate(cfg.task)
         if chosen["policy"] == "tiny":

@@ -33,6 +33,7 @@ class ASPOLoss(PolicyGradientLoss):
     """
 
     name = "aspo"
+    advantage_linear = True
     aggregation = "token_mean"
     metric_keys = (ASPO_DUAL,)
 

@@ -45,6 +45,7 @@ class BAPOLoss(ClippedRatioLoss):
     """
 
     name = "bapo"
+    advantage_linear = False  # its clip bounds are searched on each call's tokens
     aggregation = "token_mean"
 
     positive_share: float = param(0.5, fraction)

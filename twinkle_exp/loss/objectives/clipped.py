@@ -42,6 +42,7 @@ class ClippedRatioLoss(PolicyGradientLoss):
     cap on the unclipped branch) and `clip_ratio_c` (dual clip). The base of the PPO-clipped losses."""
 
     takes_clip_switches: ClassVar[bool] = True
+    advantage_linear: ClassVar[bool] = True
 
     @property
     def metric_keys(self) -> tuple[str, ...]:
@@ -113,6 +114,7 @@ class CISPOLoss(PolicyGradientLoss):
     """
 
     name = "cispo"
+    advantage_linear = True
     aggregation = "token_mean"
     metric_keys = (K.CISPO_CLIP,)
     clip_sides = ("high",)

@@ -42,6 +42,7 @@ class GPPOLoss(PolicyGradientLoss):
     """
 
     name = "gppo"
+    advantage_linear = True
     aggregation = "token_mean"
     takes_clip_switches: ClassVar[bool] = True
 

@@ -33,6 +33,7 @@ class GPGLoss(PolicyGradientLoss):
     """
 
     name = "gpg"
+    advantage_linear = True
     aggregation = "token_mean"
     clip_sides = ()
 
@@ -54,6 +55,7 @@ class VESPOLoss(PolicyGradientLoss):
     """
 
     name = "vespo"
+    advantage_linear = True
     aggregation = "token_mean"
     metric_keys = (VESPO_PHI,)
     clip_sides = ()
@@ -95,6 +97,7 @@ class DPPOLoss(PolicyGradientLoss):
     """
 
     aggregation = "token_mean"
+    advantage_linear = True
 
     ratio_cap: float | None = param(20.0, optional(positive))
 
@@ -155,6 +158,7 @@ class TOPRLoss(PolicyGradientLoss):
     """
 
     name = "topr"
+    advantage_linear = True
     aggregation = "seq_sum"
     metric_keys = (TOPR_WEIGHT,)
     clip_sides = ()

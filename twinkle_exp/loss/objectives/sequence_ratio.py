@@ -69,6 +69,7 @@ class GMPOLoss(PolicyGradientLoss):
     """
 
     name = "gmpo"
+    advantage_linear = True
     applies_rollout_weights = True
     applies_policy_keep = True
 

@@ -23,6 +23,7 @@ class SAPOLoss(PolicyGradientLoss):
     """
 
     name = "sapo"
+    advantage_linear = True
     metric_keys = (SAPO_GATE,)
 
     tau: float = param(1.0, positive)
