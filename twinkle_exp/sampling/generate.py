@@ -200,18 +200,52 @@ def left_pad(
     return ids.to(device), mask.to(device)
 
 
+# A shorter common head saves less than its extra forward call costs; it also keeps the built-in tasks' short
+# heads ("rev:") on the one-call prefill that their published figures were measured with.
+MIN_SHARED_COLUMNS = 16
+
+
+def shared_columns(
+    ids: torch.Tensor,  # [D, P] left-padded prompts
+    mask: torch.Tensor,  # [D, P]
+) -> int:
+    """How many leading columns hold the same real tokens in every row, short of the last column (whose
+    logits each row needs); 0 for a single row, where left padding starts any row, or below
+    `MIN_SHARED_COLUMNS`."""
+    if ids.shape[0] < 2:
+        return 0
+    same = (ids == ids[:1]).all(0) & mask.bool().all(0)  # [P]
+    shared = int(same[:-1].long().cumprod(0).sum())
+    return shared if shared >= MIN_SHARED_COLUMNS else 0
+
+
 def _prefill_distinct(
-    model: nn.Module, rows: list[list[int]], pad_id: int, device: torch.device, cache_name: str
+    model: nn.Module,
+    rows: list[list[int]],
+    pad_id: int,
+    device: torch.device,
+    cache_name: str,
+    share_prefix: bool = True,
 ) -> tuple[torch.Tensor, Any, torch.Tensor | None]:
     """Each distinct prompt of `rows` through the model once: the last position's logits `[D, V]`, the cache
-    of the D distinct prompts, and the distinct prompt of each row `[N]` (None when every row is its own)."""
+    of the D distinct prompts, and the distinct prompt of each row `[N]` (None when every row is its own).
+    `share_prefix`: the columns all distinct prompts start with run once (`shared_columns`)."""
     distinct, source = distinct_rows(rows)
     # left_pad pads to the longest prompt, which is the same for the distinct ones: the cache lines up
     # with the rows' [N, P] mask.
     ids, mask = left_pad(distinct, pad_id, device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     last_only = "logits_to_keep" in inspect.signature(unwrap_peft(model).forward).parameters
-    logits, cache = forward_with_cache(model, ids, mask, positions, None, cache_name, last_only)
+    shared = shared_columns(ids, mask) if share_prefix else 0
+    past = None
+    if shared > 0:
+        # The columns every prompt starts with (a chat template's system turn is half of a short prompt's
+        # tokens) run once; their cache is copied to the prompts, which run on from there.
+        head = (t[:1, :shared] for t in (ids, mask, positions))
+        _, past = forward_with_cache(model, *head, None, cache_name, last_only)
+        past = select_cache_rows(past, torch.zeros(len(distinct), dtype=torch.long, device=device))
+    tail = (ids[:, shared:], mask, positions[:, shared:])
+    logits, cache = forward_with_cache(model, *tail, past, cache_name, last_only)
     if source == list(range(len(distinct))):  # every row its own prompt (greedy validation): nothing to copy
         return logits, cache, None
     return logits, cache, torch.tensor(source, device=device)
