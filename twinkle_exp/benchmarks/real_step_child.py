@@ -67,7 +67,10 @@ class _Counter:
             finally:
                 self.on = False
             labelled = plan.rollout.labels != IGNORE_INDEX
-            self.now().head += sum(int(labelled[rows].sum()) for rows in plan.steps[first : plan.next_step])
+            steps = plan.steps[first : plan.next_step]
+            if module.optim_cfg.skip_zero_advantage:  # those rows never reach the head
+                steps = [plan.rows_with_gradient(rows) for rows in steps]
+            self.now().head += sum(int(labelled[rows].sum()) for rows in steps)
 
         def counted_recompute(policy, rollout, *args):  # inside time/update_s (rl_step.plan)
             self.on = True
