@@ -90,6 +90,19 @@ def _in_place_layer_class() -> type | None:
             self.values = self.value_buffer.narrow(2, 0, start + new)
             return self.keys, self.values
 
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            """The rows `indices` `[B']` long, in new buffers: `DynamicLayer`'s own selection would leave
+            the keys outside the buffer, and every later token would go back to `torch.cat`."""
+            if self.keys.data_ptr() != self.key_buffer.data_ptr():
+                return super().batch_select_indices(indices)
+            # The whole buffer in one copy: selecting the filled part, then copying it into a new buffer,
+            # moved more bytes whenever more than half of it was filled.
+            filled = self.keys.shape[2]
+            self.key_buffer = self.key_buffer.index_select(0, indices)
+            self.value_buffer = self.value_buffer.index_select(0, indices)
+            self.keys = self.key_buffer.narrow(2, 0, filled)
+            self.values = self.value_buffer.narrow(2, 0, filled)
+
     return InPlaceLayer
 
 
