@@ -201,6 +201,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=736, help="lora: rows (an update minibatch's tokens)")
     parser.add_argument("--sampler-iters", type=int, default=4, help="rollout, greedy: timed calls of each")
     parser.add_argument(
+        "--sampler-warmup", type=int, default=1, help="rollout, greedy: untimed calls of each"
+    )
+    parser.add_argument(
         "--decoding", default="auto", help="rollout, greedy: auto, cascade, copied or per_row"
     )
     args = parser.parse_args(argv)
@@ -220,7 +223,8 @@ def main(argv: list[str] | None = None) -> None:
             shape = f"{args.model}, [16, 70]"
         else:
             variants, batches = sampler_variants(args.model, case == "greedy", args.decoding)
-            iters, warmup, shape = args.sampler_iters, 1, f"{args.model}, {MAX_NEW_TOKENS} new tokens"
+            iters, warmup = args.sampler_iters, args.sampler_warmup
+            shape = f"{args.model}, {MAX_NEW_TOKENS} new tokens"
         times = interleaved(variants, iters, warmup=warmup)
         print(f"{case} ({shape}), {iters} calls each, interleaved:")
         for name, values in times.items():
