@@ -14,11 +14,16 @@ on the preset's shapes, so that the machine's drift falls on both alike. Cases:
   in the chat template x 8 samples at temperature 0.7) and its greedy validation (128 held-out prompts),
   24 new tokens; `--decoding` picks the prompt's keys and values (default: as a CPU run does). Both
   variants draw with the same seeds, so they sample the same tokens; the line after them says how many of
-  the decoding steps' rows had ended.
+  the decoding steps' rows had ended. The model is SmolLM2 as released, which is what a fresh LoRA
+  policy's merged copy samples from; a trained policy's replies are shorter.
 
 `--model smollm2` (the default) or `tiny` (tests) for `gqa`, `rollout` and `greedy`.
 
     OMP_NUM_THREADS=2 python -m twinkle_exp.benchmarks.step_changes --threads 2 --cases lora,gqa
+    OMP_NUM_THREADS=1 python -m twinkle_exp.benchmarks.step_changes --threads 1 --cases rollout --sampler-iters 5
+    # a greedy call takes ~25 s on one core (two thirds of it the prefill): one pair a run
+    OMP_NUM_THREADS=1 python -m twinkle_exp.benchmarks.step_changes --threads 1 --cases greedy \
+        --sampler-iters 1 --sampler-warmup 0
 
 Prints the median, first and third quartile of each variant's seconds per call, and the load average
 before and after.
