@@ -74,23 +74,23 @@ def test_float32_sampling_agrees_with_the_copied_cache():
 
 
 def test_the_prompts_are_kept_once_per_group(monkeypatch):
-    caches = []
+    made = []  # as built: decoding drops the rows (and groups) that end
     original = cascade.CascadeCache.from_prefill
 
     def spy(*args, **kwargs):
-        caches.append(original(*args, **kwargs))
-        return caches[-1]
+        cache = original(*args, **kwargs)
+        made.append((cache.prefix[0], cache.keys[0].shape[0]))
+        return cache
 
     monkeypatch.setattr(cascade.CascadeCache, "from_prefill", spy)
     model = qwen2().eval()
     sample(model, cascade_attention=True)
-    [cache] = caches
-    keys, values = cache.prefix[0]
+    [((keys, values), completion_rows)] = made
     groups, width = len(PROMPTS), max(len(p) for p in PROMPTS) + 1  # + BOS
     assert keys.shape[:1] == values.shape[:1] == (groups,) and keys.shape[2] == width
     # The same prompt in groups 0 and 2: the same keys, from one prefill
     torch.testing.assert_close(keys[0], keys[2], atol=0, rtol=0)
-    assert cache.keys[0].shape[0] == groups * GROUP  # the completions: one row each
+    assert completion_rows == groups * GROUP  # the completions: one row each
 
 
 def test_the_attention_setting_is_restored_when_decoding_fails(monkeypatch):
@@ -152,6 +152,16 @@ def _attention_inputs(dtype):
 def test_attend_is_the_softmax_over_prompt_and_completion():
     cache, (q, k, v), expected, _ = _attention_inputs(torch.float64)
     torch.testing.assert_close(cache.attend(0, q, k, v, scale=8**-0.5), expected, atol=1e-12, rtol=1e-12)
+
+
+def test_attend_after_rows_and_a_whole_group_ended():
+    """Rows 0 and 4, 5 of 3 groups x 2 left: group 1 is dropped and group 0's one row padded to two."""
+    cache, (q, k, v), expected, _ = _attention_inputs(torch.float64)
+    kept = torch.tensor([0, 4, 5])
+    cache.keep(kept)
+    assert len(cache.prefix[0][0]) == 2 and cache.width == 2
+    got = cache.attend(0, q[kept], k[kept], v[kept], scale=8**-0.5)
+    torch.testing.assert_close(got, expected[kept], atol=1e-12, rtol=1e-12)
 
 
 def test_bfloat16_attention_is_as_close_as_sdpa_in_bfloat16():

@@ -79,12 +79,29 @@ def test_layers_append_in_place_and_fall_back_to_cat():
     assert keys.data_ptr() != buffer
 
 
-def test_a_layer_whose_keys_were_replaced_goes_back_to_cat():
+def test_selected_rows_keep_appending_in_place():
     pytest.importorskip("transformers")
+    model = qwen2()
+    out = model(torch.tensor([[5, 6, 7], [8, 9, 10], [11, 12, 13]]), use_cache=True)
+    cache = preallocate(generate.returned_cache(out), capacity=5)
+    layer = cache.layers[0]
+    before = layer.keys.clone()
+    cache.batch_select_indices(torch.tensor([0, 2]))  # as decoding drops a row that has ended
+    assert layer.keys.data_ptr() == layer.key_buffer.data_ptr() and layer.key_buffer.shape[2] == 5
+    new = torch.randn(2, layer.keys.shape[1], 1, layer.keys.shape[3])
+    keys, values = layer.update(new, new.clone())
+    assert keys.data_ptr() == layer.key_buffer.data_ptr()
+    torch.testing.assert_close(keys, torch.cat([before[[0, 2]], new], -2))
+    assert values.shape == keys.shape
+
+
+def test_a_layer_whose_keys_were_replaced_goes_back_to_cat():
+    transformers = pytest.importorskip("transformers")
     model = qwen2()
     out = model(torch.tensor([[5, 6, 7], [8, 9, 10]]), use_cache=True)
     cache = preallocate(generate.returned_cache(out), capacity=16)
-    cache.batch_select_indices(torch.tensor([1, 1, 0]))  # DynamicLayer's own: new tensors, not the buffers
+    for layer in cache.layers:  # DynamicLayer's own selection: new tensors, not the buffers
+        transformers.cache_utils.DynamicLayer.batch_select_indices(layer, torch.tensor([1, 1, 0]))
     layer = cache.layers[0]
     selected = layer.keys.clone()
     new = torch.randn(3, layer.keys.shape[1], 1, layer.keys.shape[3])

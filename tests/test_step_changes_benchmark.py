@@ -40,3 +40,14 @@ def test_both_cases_print_every_variant_and_leave_the_switch_as_it_was(capsys, m
 def test_an_unknown_case_is_refused() -> None:
     with pytest.raises(SystemExit, match=r"unknown \['nope'\]"):
         step_changes.main(["--cases=lora,nope"])
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_the_sampler_cases_time_both_paths_and_say_how_many_rows_had_ended(capsys) -> None:
+    step_changes.main(["--cases=rollout,greedy", "--model=tiny", "--sampler-iters=1", "--threads=1"])
+    out = capsys.readouterr().out
+    for case in ("rollout", "greedy"):
+        section = out.split(f"{case} (tiny, 24 new tokens)")[1].splitlines()
+        assert section[1].strip().startswith("cascade, every row") and "median" in section[1]
+        assert section[2].strip().startswith("cascade, ended dropped") and "median" in section[2]
+        assert "of the decoding steps' rows had ended" in section[3]

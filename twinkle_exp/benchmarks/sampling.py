@@ -11,7 +11,8 @@ Four methods, same model, same prompts, same settings (temperature 1, no top-k, 
 - `per_row`: `generate(decoding=Decoding.PER_ROW)`, every sample prefilled (the sampler before both);
 - `hf_generate`: `model.generate(do_sample=True, num_return_sequences=G)`.
 EOS is switched off for all three so that every row samples exactly `--new-tokens` tokens, and tokens/s =
-rows x new tokens / seconds. Our sampler also computes each token's log-prob (the loss's old_logps);
+rows x new tokens / seconds (so rows that end early, which `generate` drops from its steps, never occur
+here: `step_changes.py --cases rollout,greedy` times that). Our sampler also computes each token's log-prob (the loss's old_logps);
 `generate` does not. Each (method, repeat) runs in its own subprocess (see `harness.py`), which times
 `--iters` calls after one warm-up call and reports their median. `--vocab-size` widens the model's output to
 a real vocabulary (the ids past the character set decode as `?`), where the draw itself costs something.

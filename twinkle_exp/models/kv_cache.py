@@ -1,10 +1,10 @@
 """Sharing one prompt's prefill among its group: pick the distinct prompts, then copy cache rows to the group.
 
 `generate` prefills each distinct prompt once and expands the resulting KV cache to the `group_size`
-samples (and to repeated prompts), instead of prefilling `group_size` identical copies. Two cache formats
-occur: the built-in model's tuple of `(key, value)` tensors per layer, `[B, heads, S, head_dim]` each, and
-transformers' `Cache` objects (`DynamicCache`, ...), which select batch rows in place with
-`batch_select_indices`.
+samples (and to repeated prompts), instead of prefilling `group_size` identical copies; decoding later drops
+the rows that have finished the same way (`select_cache_rows`). Two cache formats occur: the built-in
+model's tuple of `(key, value)` tensors per layer, `[B, heads, S, head_dim]` each, and transformers' `Cache`
+objects (`DynamicCache`, ...), which select batch rows in place with `batch_select_indices`.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def select_cache_rows(cache: Any, index: torch.Tensor) -> Any:
     select = getattr(cache, "batch_select_indices", None)
     if select is None:
         raise TypeError(
-            f"cannot share a prefill through a {type(cache).__name__}: it has no batch_select_indices; "
-            "pass decoding=Decoding.PER_ROW to generate"
+            f"cannot share a prefill or drop ended rows through a {type(cache).__name__}: it has no "
+            "batch_select_indices; pass decoding=Decoding.PER_ROW, compact=False to generate"
         )
     select(index)
     return cache
@@ -89,6 +89,19 @@ def _in_place_layer_class() -> type | None:
             self.keys = self.key_buffer.narrow(2, 0, start + new)
             self.values = self.value_buffer.narrow(2, 0, start + new)
             return self.keys, self.values
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            """The rows `indices` `[B']` long, in new buffers: `DynamicLayer`'s own selection would leave
+            the keys outside the buffer, and every later token would go back to `torch.cat`."""
+            if self.keys.data_ptr() != self.key_buffer.data_ptr():
+                return super().batch_select_indices(indices)
+            # The whole buffer in one copy: selecting the filled part, then copying it into a new buffer,
+            # moved more bytes whenever more than half of it was filled.
+            filled = self.keys.shape[2]
+            self.key_buffer = self.key_buffer.index_select(0, indices)
+            self.value_buffer = self.value_buffer.index_select(0, indices)
+            self.keys = self.key_buffer.narrow(2, 0, filled)
+            self.values = self.value_buffer.narrow(2, 0, filled)
 
     return InPlaceLayer
 

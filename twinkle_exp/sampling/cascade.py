@@ -46,10 +46,11 @@ def supported(model: nn.Module) -> bool:
 class CascadeCache:
     """The prompts' keys and values once per group, and each row's completion so far.
 
-    Rows are `groups x group_size`, group `g` in rows `g * group_size ..`; `length` completion positions are
-    filled. `prefix_bias` is added to the prompt's attention scores: 0 on its tokens, -inf on the left
-    padding. The completion needs no mask: a row attends only to its own completion, and once a row has
-    ended (its later tokens are padding) nothing it computes is used.
+    Rows start as `groups x group_size`, group `g` in rows `g * group_size ..`; `keep` drops finished rows
+    (and groups left without rows), keeping the others in order. `length` completion positions are filled.
+    `prefix_bias` is added to the prompt's attention scores: 0 on its tokens, -inf on the left padding. The
+    completion needs no mask: a row attends only to its own completion, and once a row has ended (its later
+    tokens are padding) nothing it computes is used.
     """
 
     def __init__(
@@ -62,11 +63,37 @@ class CascadeCache:
         self.prefix = prefix
         groups, kv_heads, _, head_dim = prefix[0][0].shape
         rows = groups * group_size
-        self.group_size, self.length = group_size, 0
+        self.length = 0
         like = prefix[0][0]
         self.prefix_bias = _bias(prompt_mask.bool())[:, None, None, :]  # [groups, 1, 1, P] float32
         self.keys = [like.new_empty(rows, kv_heads, capacity, head_dim) for _ in prefix]
         self.values = [like.new_empty(rows, kv_heads, capacity, head_dim) for _ in prefix]
+        self._place(torch.arange(groups, device=like.device).repeat_interleave(group_size))
+
+    def _place(self, group: torch.Tensor) -> None:
+        """Lay the rows out for the prompt's attention, from `group` `[rows]` long, each row's group (an
+        index into `prefix`, non-decreasing): `slot` `[rows]`, each row's place in `groups x width`.
+
+        Once rows have ended, groups keep different numbers of rows. Each group's rows are padded to the
+        fullest group's count (`width`) rather than each row given its group's prompt keys: that gather
+        would copy `rows x P` keys in every layer at every step, the copies this attention exists to avoid,
+        while the padding costs only the padded queries' share of the prompt's (small) attention.
+        """
+        counts = torch.bincount(group)  # [groups]
+        first = counts.cumsum(0) - counts  # [groups] each group's first row
+        rank = torch.arange(len(group), device=group.device) - first[group]  # [rows] place in its group
+        self.width = int(counts.max())
+        self.group, self.slot = group, group * self.width + rank
+
+    def keep(self, index: torch.Tensor) -> None:
+        """Keep only the rows `index` `[rows']` long, increasing, of the current rows; drop empty groups."""
+        self.keys = [k.index_select(0, index) for k in self.keys]
+        self.values = [v.index_select(0, index) for v in self.values]
+        present, group = torch.unique_consecutive(self.group.index_select(0, index), return_inverse=True)
+        if len(present) < len(self.prefix_bias):
+            self.prefix = [(k.index_select(0, present), v.index_select(0, present)) for k, v in self.prefix]
+            self.prefix_bias = self.prefix_bias.index_select(0, present)
+        self._place(group)
 
     @classmethod
     def from_prefill(
@@ -91,8 +118,8 @@ class CascadeCache:
     def attend(self, layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float):
         """query `[rows, heads, 1, d]`, this step's key and value `[rows, kv, 1, d]` -> `[rows, heads, d]`."""
         rows, heads, _, head_dim = query.shape
-        kv_heads, g = key.shape[1], self.group_size
-        rep, groups = heads // kv_heads, rows // g
+        kv_heads, g, groups = key.shape[1], self.width, len(self.prefix_bias)
+        rep = heads // kv_heads
         if self.length == self.keys[layer].shape[2]:
             raise RuntimeError(f"cascade cache full: {self.length} completion positions")
         self.keys[layer][:, :, self.length] = key[:, :, 0]
@@ -102,15 +129,21 @@ class CascadeCache:
         dtype = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
         # Head h reads key/value head h // rep (transformers' repeat_kv).
         q = query.reshape(rows, kv_heads, rep, head_dim).to(dtype)
-        # The prompt, once per group: the group's rows x rep heads are its queries.
+        # The prompt, once per group: the group's rows (padded to `width`) x rep heads are its queries.
+        padded = q.new_zeros(groups * g, kv_heads, rep, head_dim).index_copy_(0, self.slot, q)
         stacked = (
-            q.view(groups, g, kv_heads, rep, head_dim).transpose(1, 2).reshape(groups, kv_heads, g * rep, -1)
+            padded.view(groups, g, kv_heads, rep, head_dim)
+            .transpose(1, 2)
+            .reshape(groups, kv_heads, g * rep, -1)
         )
         prefix_keys, prefix_values = (t.to(dtype) for t in self.prefix[layer])
         scores = torch.matmul(stacked, prefix_keys.transpose(-1, -2)).mul_(scale).add_(self.prefix_bias)
         prefix_out, prefix_max, prefix_sum = _partial_softmax(scores, prefix_values)
         prefix_out, prefix_max, prefix_sum = (
-            t.view(groups, kv_heads, g, rep, -1).transpose(1, 2).reshape(rows, kv_heads, rep, -1)
+            t.view(groups, kv_heads, g, rep, -1)
+            .transpose(1, 2)
+            .reshape(groups * g, kv_heads, rep, -1)
+            .index_select(0, self.slot)
             for t in (prefix_out, prefix_max, prefix_sum)
         )
         # Each row's own completion, this step's token included.
