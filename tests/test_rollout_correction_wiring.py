@@ -54,7 +54,11 @@ def _rollout(seed: int = 0):
     noise = 0.2 * torch.randn(b.old_logps.shape, generator=gen, dtype=torch.float64)
     old = (b.old_logps.double() + noise).masked_fill(~mask, 0.0)
     adv = torch.randn(b.input_ids.shape[0], generator=gen, dtype=torch.float64)
-    plan = SimpleNamespace(rollout=b, adv=SimpleNamespace(advantages=adv), old_logps=old, ref_logps=None)
+    # label_ends at the full width: every micro-batch's pass runs the rollout's columns (no trim).
+    ends = torch.full((b.input_ids.shape[0],), b.input_ids.shape[1])
+    plan = SimpleNamespace(
+        rollout=b, adv=SimpleNamespace(advantages=adv), old_logps=old, ref_logps=None, label_ends=ends
+    )
     return model, plan
 
 
