@@ -220,23 +220,18 @@ def shared_columns(
 
 
 def _prefill_distinct(
-    model: nn.Module,
-    rows: list[list[int]],
-    pad_id: int,
-    device: torch.device,
-    cache_name: str,
-    share_prefix: bool = True,
+    model: nn.Module, rows: list[list[int]], pad_id: int, device: torch.device, cache_name: str
 ) -> tuple[torch.Tensor, Any, torch.Tensor | None]:
     """Each distinct prompt of `rows` through the model once: the last position's logits `[D, V]`, the cache
     of the D distinct prompts, and the distinct prompt of each row `[N]` (None when every row is its own).
-    `share_prefix`: the columns all distinct prompts start with run once (`shared_columns`)."""
+    The columns all distinct prompts start with run once (`shared_columns`)."""
     distinct, source = distinct_rows(rows)
     # left_pad pads to the longest prompt, which is the same for the distinct ones: the cache lines up
     # with the rows' [N, P] mask.
     ids, mask = left_pad(distinct, pad_id, device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     last_only = "logits_to_keep" in inspect.signature(unwrap_peft(model).forward).parameters
-    shared = shared_columns(ids, mask) if share_prefix else 0
+    shared = shared_columns(ids, mask)
     past = None
     if shared > 0:
         # The columns every prompt starts with (a chat template's system turn is half of a short prompt's
