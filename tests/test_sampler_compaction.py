@@ -118,3 +118,21 @@ def test_each_step_runs_the_model_on_the_rows_still_decoding(decoding, drop_at, 
     rows.clear()
     sample(model, SAMPLED, decoding, compact=False)
     assert rows[1:] == [len(lengths)] * len(expected)
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize(
+    "build, drops", [(qwen2, True), (llama, True), (tiny, False)], ids=["qwen2", "llama", "tiny"]
+)
+def test_by_default_transformers_models_drop_ended_rows_and_the_built_in_one_keeps_them(build, drops):
+    model = ending(build().double().eval(), eos_bias=3.0)
+    assert generate_module.compacts(model) is drops
+    rows = []
+    model.register_forward_pre_hook(lambda module, args: rows.append(args[0].shape[0]))
+    generator = torch.Generator().manual_seed(0)
+    lengths = generate(
+        model, TOK, PROMPTS, SAMPLED, generator=generator, decoding=Decoding.COPIED
+    ).completion_lengths
+    # Precondition: rows ended before the last step, so dropping them was possible
+    assert int(lengths.min()) < int(lengths.max())
+    assert (min(rows[1:]) < len(lengths)) is drops

@@ -28,6 +28,7 @@ from twinkle_exp.models.kv_cache import (
     returned_cache,
     select_cache_rows,
 )
+from twinkle_exp.models.tiny_lm import TinyCausalLM
 from twinkle_exp.models.tokenizer import Tokenizer, encode_prompt
 from twinkle_exp.sampling import cascade
 
@@ -254,6 +255,14 @@ def _prefill_distinct(
 DROP_AT = 1 / 8
 
 
+def compacts(model: nn.Module) -> bool:
+    """Whether `generate` drops ended rows by default: for every model but the built-in `TinyCausalLM`, whose
+    decoding step costs so little per row that dropping rows measured no faster, while a batch of another
+    size rounds its logits differently and so moves a seed's trajectory (docs/experiment.md, "Ended rows
+    leave the batch")."""
+    return not isinstance(unwrap_peft(model), TinyCausalLM)
+
+
 class _CachedDecoder:
     """Decoding steps through the model's own KV cache, which holds a copy of the prompt for every row."""
 
@@ -394,7 +403,7 @@ def generate(
     *,
     generator: torch.Generator | None = None,
     decoding: Decoding | None = None,
-    compact: bool = True,
+    compact: bool | None = None,
 ) -> RolloutBatch:
     """Sample `options.group_size` completions for every prompt (or decode greedily) with a KV cache.
 
@@ -403,9 +412,10 @@ def generate(
     distribution than the one scored; `filtered_mass` measures the gap
     (docs/experiment.md, "Top-k and top-p"). Greedy decoding records temperature-1 log-probs. The
     model's train/eval mode is left as the caller set it. `generator` must live on the model's device (the
-    draws are made there). `decoding` (default `Decoding.auto`) changes the speed, never the tokens; so does
-    `compact`, which runs each decoding step on the rows still decoding only (False: on all rows, finished
-    ones decoding a masked pad, as the reference the tests compare with).
+    draws are made there). `decoding` (default `Decoding.auto`) changes the speed, never the tokens up to float
+    rounding; so does `compact`, which runs each decoding step on the rows still decoding only (False: on all
+    rows, finished ones decoding a masked pad, as the reference the tests compare with; None:
+    `compacts(model)`).
     """
     group_size, max_new_tokens, greedy = options.group_size, options.max_new_tokens, options.greedy
     top_k, top_p = options.top_k, options.top_p
@@ -461,7 +471,7 @@ def generate(
             was_real = valid[-1]
             pos = torch.where(was_real, next_pos, torch.zeros_like(next_pos))
             next_pos = next_pos + was_real.long()
-            if compact:
+            if compact or (compact is None and compacts(model)):
                 rows = _drop_finished(decoder, rows, alive)
             logits = _on_all_rows(decoder.step(tok[rows], was_real[rows], pos[rows]), rows, n)
 
