@@ -258,8 +258,7 @@ DROP_AT = 1 / 8
 def compacts(model: nn.Module) -> bool:
     """Whether `generate` drops ended rows by default: for every model but the built-in `TinyCausalLM`, whose
     decoding step costs so little per row that dropping rows measured no faster, while a batch of another
-    size rounds its logits differently and so moves a seed's trajectory (docs/experiment.md, "Ended rows
-    leave the batch")."""
+    size rounds its logits differently and so moves a seed's trajectory (docs/experiment.md, "Sampling")."""
     return not isinstance(unwrap_peft(model), TinyCausalLM)
 
 
