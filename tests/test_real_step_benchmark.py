@@ -3,7 +3,16 @@ benchmark takes over a minute on the 2-core CPU, so it has no smoke test here.)"
 
 from __future__ import annotations
 
-from twinkle_exp.benchmarks.flops import MatmulParams, TokenCounts, matmul_params, matmul_rate, update_flops
+import torch
+
+from twinkle_exp.benchmarks.flops import (
+    MatmulParams,
+    TokenCounts,
+    matmul_params,
+    matmul_rate,
+    profiled_products,
+    update_flops,
+)
 
 PARAMS = MatmulParams(trunk=10, head=3, adapters=2)
 TOKENS = TokenCounts(trunk=5, head=4, trunk_no_grad=7, head_no_grad=1)
@@ -44,3 +53,21 @@ def test_matmul_params_of_a_small_llama_with_lora_adapters():
 
 def test_matmul_rate_is_a_positive_flop_rate(one_thread):
     assert matmul_rate(8, 8, 8, repeats=2, min_seconds=0.001) > 0
+
+
+def test_profiled_products_are_classed_by_shape_and_counted_from_it(one_thread):
+    vocab = 300
+    x, w, a, head = torch.randn(70, 96), torch.randn(96, 128), torch.randn(96, 8), torch.randn(96, vocab)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        out = x @ w  # weights: [70, 96] @ [96, 128]
+        out.addmm_(
+            x @ a, torch.randn(8, 128)
+        )  # low-rank twice: [70, 96] @ [96, 8], in place [70, 8] @ [8, 128]
+        (x @ head).sum()  # head: [70, 96] @ [96, vocab]
+        (out * 2.0 + 1.0).sum()  # elementwise, FLOPs to the profiler but no product
+    classes = profiled_products(prof.key_averages(group_by_input_shape=True), vocab)
+    assert set(classes) == {"weights", "low-rank", "head"}
+    assert (classes["weights"].flops, classes["weights"].calls) == (2 * 70 * 96 * 128, 1)
+    assert (classes["low-rank"].flops, classes["low-rank"].calls) == (2 * 70 * 96 * 8 + 2 * 70 * 8 * 128, 2)
+    assert (classes["head"].flops, classes["head"].calls) == (2 * 70 * 96 * vocab, 1)
+    assert all(c.seconds > 0 for c in classes.values())

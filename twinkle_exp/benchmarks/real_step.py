@@ -18,7 +18,8 @@ for `--rollouts` rollouts (validating on 8 problems, not 128, outside the timed 
   for both so that every row samples the whole budget.
 `--full` trains every weight (`policy.lora=null`) instead; `--override` adds a Hydra override after the
 preset's (repeatable: `--override policy.lora.fused=false`, to measure one change alone); `--profile` runs one rollout under
-torch.profiler and prints the update's operators by self CPU time. Medians are over every repeat's kept
+torch.profiler and prints the update's operators by self CPU time, then its matrix products by class (the
+weights', the low-rank adapters', the head's), each at its own rate and as a share of the 2048^3 rate. Medians are over every repeat's kept
 rollouts; the load average is printed before and after, and a repeat during which other processes used
 more than `harness.BUSY_CORES` cores is marked BUSY.
 """

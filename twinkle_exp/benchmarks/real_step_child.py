@@ -12,7 +12,14 @@ from pathlib import Path
 import torch
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.benchmarks.flops import TokenCounts, matmul_params, matmul_rate, update_flops
+from twinkle_exp.benchmarks.flops import (
+    Products,
+    TokenCounts,
+    matmul_params,
+    matmul_rate,
+    profiled_products,
+    update_flops,
+)
 
 STAGES = (M.TIME_ROLLOUT, M.TIME_REFERENCE, M.TIME_UPDATE)
 WARMUP_ROLLOUTS = 1
@@ -95,7 +102,7 @@ class _Counter:
                 self.now().trunk_no_grad += ids.numel()
 
 
-def _fit(module, typed, out: str, profile: bool) -> str | None:
+def _fit(module, typed, out: str, profile: bool):  # -> the profile's (operators, operators by shape) or None
     from torch.utils.data import DataLoader
 
     from twinkle_exp.benchmarks.step import bare_trainer
@@ -109,15 +116,32 @@ def _fit(module, typed, out: str, profile: bool) -> str | None:
 
         def profiled(plan):
             nonlocal table
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            cpu = [torch.profiler.ProfilerActivity.CPU]
+            with torch.profiler.profile(activities=cpu, record_shapes=True) as prof:
                 update(plan)
-            table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30)
+            table = prof.key_averages(), prof.key_averages(group_by_input_shape=True)
 
         module._update = profiled
     trainer.fit(module, DataLoader(stream, batch_size=None))
     for logger in trainer.loggers:
         logger.save()
     return table
+
+
+def _products_table(events, vocab: int, square: float) -> str:
+    """The profiled update's matrix products by class, each at its own rate and as a share of `square`, the
+    same process's 2048^3 rate: what the products reach at their shapes, before any time outside them."""
+    classes = profiled_products(events, vocab)
+    total = Products(*(sum(getattr(c, f) for c in classes.values()) for f in ("flops", "seconds", "calls")))
+    lines = ["matrix products (own time; the profiler's overhead is in it):"]
+    for name, c in sorted([*classes.items(), ("all", total)], key=lambda kv: -kv[1].seconds):
+        if c.seconds:
+            rate = c.flops / c.seconds
+            lines.append(
+                f"  {name:9s} {c.calls:6d} calls {c.flops / 1e9:7.1f} GFLOP {c.seconds:6.2f} s "
+                f"{rate / 1e9:6.1f} GFLOP/s = {rate / square:.1%} of 2048^3"
+            )
+    return "\n".join(lines)
 
 
 class _NoEos:
@@ -197,7 +221,7 @@ def run_child(spec: dict) -> dict:
     typed, module = _build(spec["full"], spec["rollouts"], spec.get("overrides", []))
     counter = _Counter(module)
     with tempfile.TemporaryDirectory() as out:
-        table = _fit(module, typed, out, spec["profile"])
+        profiled = _fit(module, typed, out, spec["profile"])
         with open(Path(out, "metrics.csv")) as f:
             rows = [r for r in csv.DictReader(f) if r.get(M.TIME_UPDATE)]
     base = unwrap_peft(module.policy)
@@ -209,12 +233,18 @@ def run_child(spec: dict) -> dict:
         kept.append(figures | {"flops": update_flops(params, counts, spec["full"]), "tokens": vars(counts)})
     tokens = round(statistics.mean(counter.calls))  # an update forward's rows x columns, on average
     hidden, intermediate = base.config.hidden_size, base.config.intermediate_size
+    square = matmul_rate(2048, 2048, 2048)
+    table = None
+    if profiled:
+        operators, by_shape = profiled
+        table = operators.table(sort_by="self_cpu_time_total", row_limit=30)
+        table += "\n" + _products_table(by_shape, base.config.vocab_size, square)
     return {
         "rollouts": kept,
         "params": vars(params),
         "threads": torch.get_num_threads(),
         "mlp_shape": [tokens, hidden, intermediate],
-        "matmul": {"square": matmul_rate(2048, 2048, 2048), "mlp": matmul_rate(tokens, hidden, intermediate)},
+        "matmul": {"square": square, "mlp": matmul_rate(tokens, hidden, intermediate)},
         "sampler": _sampler_rates(module, typed, spec["sampler_iters"]) if spec["sampler_iters"] else {},
         "profile": table,
     }
