@@ -65,7 +65,7 @@ def test_profiled_products_are_classed_by_shape_and_counted_from_it(one_thread):
         )  # low-rank twice: [70, 96] @ [96, 8], in place [70, 8] @ [8, 128]
         (x @ head).sum()  # head: [70, 96] @ [96, vocab]
         (out * 2.0 + 1.0).sum()  # elementwise, FLOPs to the profiler but no product
-    classes = profiled_products(prof.key_averages(group_by_input_shape=True), vocab)
+    classes = profiled_products(prof.key_averages(group_by_input_shape=True), vocab, rank=8)
     assert set(classes) == {"weights", "low-rank", "head"}
     assert (classes["weights"].flops, classes["weights"].calls) == (2 * 70 * 96 * 128, 1)
     assert (classes["low-rank"].flops, classes["low-rank"].calls) == (2 * 70 * 96 * 8 + 2 * 70 * 8 * 128, 2)

@@ -84,7 +84,6 @@ def matmul_rate(m: int, k: int, n: int, repeats: int = 5, min_seconds: float = 0
 
 # Products a profile records, with where their two operands sit in the recorded input shapes.
 _PRODUCT_OPERANDS = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::addmm_": (1, 2)}
-LOW_RANK = 64  # a product with a side this small is an adapter's (LoRA's r), bound by memory, not by FLOPs
 
 
 @dataclass
@@ -96,18 +95,18 @@ class Products:
     calls: int = 0
 
 
-def profiled_products(events, vocab: int) -> dict[str, Products]:
+def profiled_products(events, vocab: int, rank: int | None) -> dict[str, Products]:
     """A profile's matrix products (`key_averages(group_by_input_shape=True)` of one recorded with
-    `record_shapes=True`) by class: `head` (a side of `vocab`), `low-rank` (a side of `LOW_RANK` or less) and
-    `weights` (the rest). FLOPs come from the shapes, so in-place products, which the profiler gives none,
-    count too."""
+    `record_shapes=True`) by class: `head` (a side of `vocab`), `low-rank` (a side of the adapters' `rank`: the
+    LoRA products, bound by memory more than by FLOPs) and `weights` (the rest). FLOPs come from the shapes,
+    so in-place products, which the profiler gives none, count too."""
     classes: dict[str, Products] = {}
     for event in events:
         operands = _PRODUCT_OPERANDS.get(event.key)
         if operands is None or not event.input_shapes:
             continue
         (m, k), (_, n) = (event.input_shapes[i] for i in operands)
-        kind = "head" if vocab in (m, k, n) else "low-rank" if min(m, k, n) <= LOW_RANK else "weights"
+        kind = "head" if vocab in (m, k, n) else "low-rank" if rank in (m, k, n) else "weights"
         cls = classes.setdefault(kind, Products())
         cls.flops += 2.0 * m * k * n * event.count
         cls.seconds += event.self_cpu_time_total / 1e6

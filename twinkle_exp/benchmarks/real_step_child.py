@@ -128,10 +128,10 @@ def _fit(module, typed, out: str, profile: bool):  # -> the profile's (operators
     return table
 
 
-def _products_table(events, vocab: int, square: float) -> str:
+def _products_table(events, vocab: int, rank: int | None, square: float) -> str:
     """The profiled update's matrix products by class, each at its own rate and as a share of `square`, the
     same process's 2048^3 rate: what the products reach at their shapes, before any time outside them."""
-    classes = profiled_products(events, vocab)
+    classes = profiled_products(events, vocab, rank)
     total = Products(*(sum(getattr(c, f) for c in classes.values()) for f in ("flops", "seconds", "calls")))
     lines = ["matrix products (own time; the profiler's overhead is in it):"]
     for name, c in sorted([*classes.items(), ("all", total)], key=lambda kv: -kv[1].seconds):
@@ -238,7 +238,9 @@ def run_child(spec: dict) -> dict:
     if profiled:
         operators, by_shape = profiled
         table = operators.table(sort_by="self_cpu_time_total", row_limit=30)
-        table += "\n" + _products_table(by_shape, base.config.vocab_size, square)
+        adapters = getattr(module.policy, "peft_config", None)  # {name: LoraConfig} of a peft model
+        rank = next(iter(adapters.values())).r if adapters else None
+        table += "\n" + _products_table(by_shape, base.config.vocab_size, rank, square)
     return {
         "rollouts": kept,
         "params": vars(params),
