@@ -19,7 +19,9 @@ for `--rollouts` rollouts (validating on 8 problems, not 128, outside the timed 
 `--full` trains every weight (`policy.lora=null`) instead; `--override` adds a Hydra override after the
 preset's (repeatable: `--override policy.lora.fused=false`, to measure one change alone); `--profile` runs one rollout under
 torch.profiler and prints the update's operators by self CPU time, then its matrix products by class (the
-weights', the low-rank adapters', the head's), each at its own rate and as a share of the 2048^3 rate. Medians are over every repeat's kept
+weights', the low-rank adapters', the head's), each at its own rate and as a share of the 2048^3 rate;
+`--compile` puts each decoder layer under `torch.compile(dynamic=True)` (no run option does: a probe of
+whether fusing the elementwise work pays; its compiles fall in the rollouts where shapes are new). Medians are over every repeat's kept
 rollouts; the load average is printed before and after, and a repeat during which other processes used
 more than `harness.BUSY_CORES` cores is marked BUSY.
 """
@@ -53,6 +55,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sampler-iters", type=int, default=3, help="timed sampler calls (0: skip)")
     parser.add_argument("--profile", action="store_true", help="one rollout under torch.profiler")
     parser.add_argument(
+        "--compile", action="store_true", help="each decoder layer under torch.compile(dynamic=True): a probe"
+    )
+    parser.add_argument(
         "--override", action="append", default=[], help="a Hydra override after the preset's (repeatable)"
     )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -64,9 +69,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--rollouts, --repeats and --threads must be >= 1, --sampler-iters >= 0")
     if args.profile:
         args.rollouts, args.repeats, args.sampler_iters = 1, 1, 0
-    spec = {k: getattr(args, k) for k in ("rollouts", "full", "threads", "sampler_iters", "profile")}
+    spec = {
+        k: getattr(args, k) for k in ("rollouts", "full", "threads", "sampler_iters", "profile", "compile")
+    }
     spec["overrides"] = list(args.override)
-    case = "full fine-tuning" if args.full else "LoRA"
+    case = ("full fine-tuning" if args.full else "LoRA") + (", compiled layers" if args.compile else "")
     extra = "".join(f" {o}" for o in args.override)
     print(f"SmolLM2-135M-Instruct, +experiment=smollm2_addition{extra}, {case}, {args.threads} thread(s)")
     print(f"before: {load_average()} ({os.cpu_count()} CPUs)", flush=True)

@@ -219,6 +219,9 @@ def run_child(spec: dict) -> dict:
 
     torch.set_num_threads(spec["threads"])
     typed, module = _build(spec["full"], spec["rollouts"], spec.get("overrides", []))
+    if spec.get("compile"):
+        for layer in unwrap_peft(module.policy).get_decoder().layers:
+            layer.compile(dynamic=True)
     counter = _Counter(module)
     with tempfile.TemporaryDirectory() as out:
         profiled = _fit(module, typed, out, spec["profile"])
