@@ -165,8 +165,9 @@ def _kill_a_rerun_of_the_finished_run(chain: Chain, rng: random.Random, phases, 
     trigger = Trigger("re-run of a finished run", "start", rng.uniform(0, phases[0] * 1.2))
     for trig in (trigger, None):
         attempt = chain.start(trig, tally, "the run finished")
-        if _files(chain.run) != before:
-            tally.lost.append(f"{chain.root.name}: the finished run's files changed ({trig})")
+        after = _files(chain.run)
+        if changed := sorted(name for name in before if after[name] != before[name]):
+            tally.lost.append(f"{chain.root.name}: the finished run's {', '.join(changed)} changed ({trig})")
     if attempt.outcome != "finished":
         tally.lost.append(f"{chain.root.name}: the re-run of the finished run ended {attempt.outcome}")
 
