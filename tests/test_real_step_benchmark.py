@@ -60,9 +60,8 @@ def test_profiled_products_are_classed_by_shape_and_counted_from_it(one_thread):
     x, w, a, head = torch.randn(70, 96), torch.randn(96, 128), torch.randn(96, 8), torch.randn(96, vocab)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
         out = x @ w  # weights: [70, 96] @ [96, 128]
-        out.addmm_(
-            x @ a, torch.randn(8, 128)
-        )  # low-rank twice: [70, 96] @ [96, 8], in place [70, 8] @ [8, 128]
+        # low-rank twice: [70, 96] @ [96, 8], then in place [70, 8] @ [8, 128]
+        out.addmm_(x @ a, torch.randn(8, 128))
         (x @ head).sum()  # head: [70, 96] @ [96, vocab]
         (out * 2.0 + 1.0).sum()  # elementwise, FLOPs to the profiler but no product
     classes = profiled_products(prof.key_averages(group_by_input_shape=True), vocab, rank=8)

@@ -434,6 +434,7 @@ def generate(
     prompt_pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # 0 on the left padding too
     next_pos = prompt_mask.sum(-1)  # [N] position of the next token
     how = Decoding.auto(model, device) if decoding is None else decoding
+    compact = compacts(model) if compact is None else compact
     if how is Decoding.CASCADE and not cascade.supported(model):
         how = Decoding.COPIED
     logits, decoder = _start_decoding(
@@ -470,7 +471,7 @@ def generate(
             was_real = valid[-1]
             pos = torch.where(was_real, next_pos, torch.zeros_like(next_pos))
             next_pos = next_pos + was_real.long()
-            if compact or (compact is None and compacts(model)):
+            if compact:
                 rows = _drop_finished(decoder, rows, alive)
             logits = _on_all_rows(decoder.step(tok[rows], was_real[rows], pos[rows]), rows, n)
 
