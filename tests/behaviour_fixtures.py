@@ -15,7 +15,7 @@ from pathlib import Path
 from twinkle_exp.loss.registry import losses
 
 FIXTURES = Path(__file__).parent / "fixtures" / "behaviour"
-LOSSES = sorted(losses())  # the built-in ones (TWINKLE_EXP_LOSSES unset in the tests)
+LOSSES = sorted(losses())  # the built-in ones (TWINKLE_EXP_PLUGINS unset in the tests)
 
 
 def machine() -> dict:

@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from twinkle_exp.loss.advantages import ESTIMATORS, SCALES
+from twinkle_exp.loss.advantages import SCALES, estimators
 from twinkle_exp.loss.params import (
     at_most,
     finite,
@@ -125,7 +125,7 @@ class RolloutConfig:
 class AdvantageConfig(Related):
     # Which estimator turns rewards into advantages (loss/advantages/: one file each). `advantage=group`,
     # `batch` and `unscaled` are group_relative at its three scales; the other options name an estimator.
-    estimator: str = param("group_relative", one_of(tuple(ESTIMATORS)))
+    estimator: str = param("group_relative", one_of(lambda: tuple(estimators())))
     scale: str = param(
         "group", one_of(SCALES)
     )  # group | batch | none: group_relative's (passk: group | none)
@@ -138,7 +138,7 @@ class AdvantageConfig(Related):
     @staticmethod
     def relations(c: Mapping[str, Any]) -> list[str]:
         """An estimator takes only the scales it defines (the others compare rewards without dividing)."""
-        scales = ESTIMATORS[c["estimator"]].scales
+        scales = estimators()[c["estimator"]].scales
         if c["scale"] not in scales:
             return [
                 f"advantage.scale={c['scale']}: advantage.estimator={c['estimator']} takes "
@@ -236,7 +236,7 @@ def skip_zero_advantage_problem(skip: bool, loss: Any, estimator: str) -> str | 
             "its gradient (a KL term, beta > 0; an entropy bonus or quantile; or an objective that is not a "
             "multiple of the advantage); use optim.skip_zero_advantage=false"
         )
-    if ESTIMATORS[estimator].token_shaping is not None:
+    if estimators()[estimator].token_shaping is not None:
         return (
             f"optim.skip_zero_advantage=true with advantage.estimator={estimator}: its per-token advantages "
             "are shaped from the entropies, not the sequence's alone; use optim.skip_zero_advantage=false"
