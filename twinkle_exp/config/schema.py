@@ -224,6 +224,24 @@ class OptimConfig(Related):
         return []
 
 
+def whole_groups_problem(loss: Any, optim: Mapping[str, Any], group_size: int) -> str | None:
+    """A loss that compares each sequence with its group (GVPO) needs every call to hold whole groups:
+    minibatches of whole groups, micro-batches a multiple of the group size, groups of two or more."""
+    if not getattr(type(loss), "whole_groups", False):
+        return None
+    name, micro = type(loss).name, optim.get("micro_batch_size")
+    if group_size < 2:
+        return f"loss={name} compares each sample with its group: rollout.group_size must be >= 2, got {group_size}"
+    if optim.get("minibatch_split", "rows") != "groups":
+        return f"loss={name} compares each sample with its group: set optim.minibatch_split=groups"
+    if micro is not None and micro % group_size:
+        return (
+            f"loss={name} compares each sample with its group: optim.micro_batch_size={micro} must be a "
+            f"multiple of rollout.group_size={group_size} (or null)"
+        )
+    return None
+
+
 def skip_zero_advantage_problem(skip: bool, loss: Any, estimator: str) -> str | None:
     """Why optim.skip_zero_advantage=`skip` cannot run with the built `loss` and advantage.`estimator`, or None:
     rows of advantage 0 must add nothing to the gradient (`zero_advantage_inert`), and an estimator's per-token
