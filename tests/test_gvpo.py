@@ -133,3 +133,15 @@ def test_the_paper_recipe_trains_from_the_cli(run_cli, tmp_path):
         if r.split(",")[header.index("train/loss")]
     ]
     assert losses and all(value >= 0 for value in losses), losses  # a sum of squares
+
+
+def test_the_zoo_sweep_leaves_gvpo_to_its_recipe():
+    from hydra import compose, initialize_config_module
+
+    from twinkle_exp.config.store import register_configs
+
+    register_configs()
+    with initialize_config_module(config_module="twinkle_exp.conf", version_base="1.3"):
+        zoo = compose("config", overrides=["+sweep=zoo"], return_hydra_config=True).hydra.sweeper.params.loss
+    assert "grpo" in zoo.split(",") and "gvpo" not in zoo.split(",")
+    assert len(zoo.split(",")) == len(LOSSES) - 1

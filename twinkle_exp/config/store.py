@@ -144,7 +144,13 @@ def register_configs() -> None:
         if name != "group_relative":
             cs.store(group="advantage", name=name, node=AdvantageConfig(estimator=name))
     # The zoo sweep's list of losses (conf/sweep/zoo.yaml).
-    OmegaConf.register_new_resolver(LOSS_NAMES_RESOLVER, lambda: ",".join(losses()), replace=True)
+    # A loss that reads each call's groups (GVPO) needs optim.minibatch_split=groups, which a sweep over the
+    # other losses does not set: it runs with its recipe (+experiment=gvpo_paper), not in the zoo's grid.
+    OmegaConf.register_new_resolver(
+        LOSS_NAMES_RESOLVER,
+        lambda: ",".join(name for name, cls in losses().items() if not cls.whole_groups),
+        replace=True,
+    )
 
 
 # Groups whose options are classes or factories: they reach the code as resolved dicts for `instantiate`.
