@@ -10,7 +10,7 @@ unpaired (Welch). A pair with fewer than 2 seeds on a side is not tested and not
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 import numpy as np
@@ -24,6 +24,7 @@ from .verdicts import (
     DIFFERENT,
     EQUIVALENT,
     NOT_TESTED,
+    THIS_WARM_START,
     PairData,
     PairVerdict,
     pair_verdicts,
@@ -86,11 +87,12 @@ def compare_all(
     margins: Mapping[str, float] = DEFAULT_MARGINS,
     method: str = "holm",
     alpha: float = ALPHA,
+    population: str = THIS_WARM_START,
 ) -> Comparisons:
     """Every pair of variants on every score with 2+ seeds a side, as one family adjusted by `method`.
 
     margins: score name -> equivalence margin in the score's units (fractions for accuracy); a score
-    without one gets no equivalence test.
+    without one gets no equivalence test. population: whom the verdicts speak for (the warm-start).
     """
     names = names or {}
     members, untested = [], []
@@ -105,6 +107,7 @@ def compare_all(
                     f"{m} seeds, too few for a test (2 a side); not in the family"
                 )
     family, verdicts = pair_verdicts(members, FAMILY, margins=margins, alpha=alpha, method=method)
+    verdicts = [replace(v, population=population) for v in verdicts]
     return Comparisons(family, verdicts, {s.name: s for s in scores}, alpha, dict(margins), untested)
 
 
@@ -140,7 +143,8 @@ def verdict_label(v: PairVerdict, score: Score) -> str:
 def sentence(v: PairVerdict, score: Score) -> str:
     """The pair's verdict as a sentence a reader can quote."""
     head = f"{v.first} vs {v.second} on {v.score}: {verdict_label(v, score)}"
-    seeds = f"{v.n_first} vs {v.n_second} seeds, {v.test}"
+    units = "warm-starts" if v.test.endswith("warm-start means") else "seeds"
+    seeds = f"{v.n_first} vs {v.n_second} {units}, {v.test}"
     figures = (
         f"difference {interval(v, score)} ({seeds}), adjusted p = {v.p_adjusted:.3g}, exact test's adjusted "
         f"p = {v.p_exact_adjusted:.3g}; {v.population}"
