@@ -163,6 +163,7 @@ REPORT_RANKS = {
     "scaling": 6,
     "tuning": 6,
     "regimes": 6,
+    "suite": 6,
     "__main__": 6,
     "__init__": 6,
 }

@@ -71,3 +71,41 @@ def test_the_aggregate_intervals_cover_by_simulation():
     # Measured with 300 simulations and 1000 resamples (MC error 1.3%): IQM 91.7%, mean 91.3%, average
     # P(improvement) 94.3% (the plain stratified bootstrap: IQM 88.0%, mean 86.3%). 150 here (MC error 1.8%).
     assert all(rate >= 0.86 for rate in rates.values()), rates
+
+
+def write_task_run(sweep, task, loss, seed, first, final):
+    import json
+
+    job = sweep / f"task={task},loss={loss}/seed={seed}"
+    (job / ".hydra").mkdir(parents=True)
+    overrides = [f"task={task}", f"loss={loss}", f"seed={seed}"]
+    (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    info = {"status": "finished", "overrides": overrides, "seed": seed, "wall_time_s": 1.0}
+    (job / "run.json").write_text(json.dumps(info))
+    (job / "metrics.csv").write_text(f"step,val/accuracy\n0,{first}\n10,{final}\n")
+
+
+def test_the_suite_command_gives_per_task_verdicts_and_the_aggregates(tmp_path, capsys):
+    from twinkle_exp.report.suite import main
+
+    rng = np.random.default_rng(0)
+    sweep = tmp_path / "suite"
+    for task, start in (
+        ("reverse_aligned", 0.3),
+        ("sort_digits", 0.5),
+        ("addition", 0.1),
+        ("scratchpad", 0.2),
+    ):
+        for loss, gain in (("grpo", 0.3), ("cispo", 0.2)):
+            for seed in range(4):
+                write_task_run(sweep, task, loss, seed, start, start + gain + rng.normal(0, 0.03))
+    assert main([str(sweep), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "suite.md").read_text()
+    assert "4 tasks: addition (8 runs, warm-start 10.0%)" in text
+    for task in ("reverse_aligned", "sort_digits", "addition", "scratchpad"):
+        assert f"### {task}" in text
+    assert "| loss=grpo | 4 | 16 |" in text and "| loss=cispo | 4 | 16 |" in text
+    assert "- loss=cispo over loss=grpo:" in text or "- loss=grpo over loss=cispo:" in text
+    assert (tmp_path / "out" / "performance_profiles.png").stat().st_size > 1000
+    assert main([str(tmp_path / "nothing"), "--out", str(tmp_path / "o2")]) == 2
+    assert "no such directory" in capsys.readouterr().err

@@ -168,8 +168,9 @@ def build_blocks(d: ReportData) -> list[Block]:
     if d.breakdown is not None and d.breakdown.verdicts:
         blocks += [
             ("h2", "Per warm-start breakdown"),
-            ("p", f"Each warm-start's runs on their own ({d.breakdown.describe()}); each row speaks for its "
-             "warm-start only."),
+            ("p", f"Each warm-start's runs on their own ({d.breakdown.family.size} tests: pairs x scores x "
+             f"warm-starts, adjusted together, {d.breakdown.family.method}); each row speaks for its warm-start "
+             "only."),
         ]  # fmt: skip
         for score in d.scores:
             chosen = d.breakdown.of(score)

@@ -157,7 +157,7 @@ def sentence(v: PairVerdict, score: Score) -> str:
         return f"{head}: every seed gave the same difference, {interval(v, score)}: no spread, so no test."
     if not v.decidable:
         return (
-            f"{head}: {figures}; these seeds cannot decide: the {v.exact_test} test's smallest p, "
+            f"{head}: {figures}; these {units} cannot decide: the {v.exact_test} test's smallest p, "
             f"{v.exact_floor:.3g}, is above alpha / {v.family_size}, and the t alone does not hold its level "
             "when a loss collapses on a few seeds (docs/statistics.md)."
         )
