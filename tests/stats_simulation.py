@@ -101,6 +101,57 @@ def test_level(
 
 test_level.__test__ = False  # a simulation, not a pytest test
 
+COLLAPSE_DROP, COLLAPSE_RATE = 0.20, 0.10  # the audit's null: 20 points lost on 10% of seeds ...
+COLLAPSE_GAIN = COLLAPSE_DROP * COLLAPSE_RATE / (1 - COLLAPSE_RATE)  # ... and 2.2 points gained otherwise
+
+
+def collapse_differences(rng: np.random.Generator, sims: int, n: int) -> np.ndarray:
+    """Per-seed paired differences `[sims, n]` under the collapse null: the first loss drops by 20 points
+    on 10% of seeds and is 2.2 points better on the rest, so both losses have the same mean; each run adds
+    its own noise of SIGMA (a shared per-seed component cancels in the difference)."""
+    collapsed = rng.random((sims, n)) < COLLAPSE_RATE
+    offset = np.where(collapsed, -COLLAPSE_DROP, COLLAPSE_GAIN)
+    return offset + SIGMA * (rng.standard_normal((sims, n)) - rng.standard_normal((sims, n)))
+
+
+def sign_flip_p_values(differences: np.ndarray) -> np.ndarray:
+    """The exact two-sided sign-flip p of each row of `differences` `[sims, n]` (n <= 13), as
+    `paired.sign_flip_p_value` computes it for one."""
+    n = differences.shape[1]
+    signs = 1.0 - 2.0 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)  # [2^n, n]
+    null = signs @ differences.T / n  # [2^n, sims]
+    observed = differences.mean(axis=1)
+    gamma = np.abs(1e-14 * observed)
+    less = np.mean(null <= observed + gamma, axis=0)
+    greater = np.mean(null >= observed - gamma, axis=0)
+    return np.minimum(1.0, 2 * np.minimum(less, greater))
+
+
+def collapse_level(n: int, alpha: float, sims: int = SIMULATIONS, seed: int = 0) -> tuple[float, float]:
+    """Rejection rates at `alpha` under the collapse null: (the paired t alone, the verdict's rule: the t and
+    the exact sign-flip test both below alpha)."""
+    d = collapse_differences(np.random.default_rng(seed), sims, n)
+    by_t = t_p_value(one_sample_summary(d)) < alpha
+    return float(np.mean(by_t)), float(np.mean(by_t & (sign_flip_p_values(d) < alpha)))
+
+
+def warm_start_coverage(
+    warm_starts: int, seeds: int, between: float, sims: int = SIMULATIONS, seed: int = 0
+) -> tuple[float, float, float]:
+    """Two identical variants, `warm_starts` x `seeds` runs each; each (variant, warm-start) cell has its own
+    random effect of sd `between` (in units of the seed noise's sd). Returns the 95% coverage of the true
+    difference (0) by (the report's across-warm-start interval: the paired t over per-warm-start means,
+    the same interval that pools every run as a seed of its variant (Welch), and the rejection rate at 0.05
+    of the first's t alone)."""
+    rng = np.random.default_rng(seed)
+    effects = between * rng.standard_normal((2, sims, warm_starts, 1))
+    runs = effects + rng.standard_normal((2, sims, warm_starts, seeds))
+    means = runs.mean(axis=-1)  # [2, sims, warm_starts]
+    across = paired_summary(means[0], means[1])
+    pooled = welch_summary(runs[0].reshape(sims, -1), runs[1].reshape(sims, -1))
+    level = float(np.mean(t_p_value(across) < 0.05))
+    return covers(*t_bounds(across), 0.0), covers(*t_bounds(pooled), 0.0), level
+
 
 def sweep(rng: np.random.Generator, seeds: int, shift: float = 0.0, kind: str = "normal") -> list[PairData]:
     """One synthetic sweep: 6 variants x `seeds` seeds x 2 scores (AUC and final accuracy), every pair on
@@ -129,7 +180,7 @@ def false_call_rate(
     rng = np.random.default_rng(seed)
     hits = 0
     for _ in range(sweeps):
-        _, verdicts = pair_verdicts(sweep(rng, seeds, kind=kind), "null", method=method, exact=False)
+        _, verdicts = pair_verdicts(sweep(rng, seeds, kind=kind), "null", method=method)
         hits += any(v.verdict == DIFFERENT for v in verdicts)
     return hits / sweeps
 
@@ -139,7 +190,7 @@ def detection_rate(sweeps: int, seeds: int, shift: float, seed: int = 0) -> floa
     rng = np.random.default_rng(seed)
     called = total = 0
     for _ in range(sweeps):
-        _, verdicts = pair_verdicts(sweep(rng, seeds, shift), "shifted", exact=False)
+        _, verdicts = pair_verdicts(sweep(rng, seeds, shift), "shifted")
         for v in verdicts:
             if v.score == "AUC" and v.second == "v5":
                 total += 1
@@ -172,6 +223,23 @@ def main() -> None:
                 for a, name in ((0.05, "Welch" if not p else "paired"), (0.05 / 30, "@a/30"))
             )
             out(f"  {kind:9} n={n:2}: {cells}\n")
+    out(
+        "level under the collapse null (20 points lost on 10% of seeds, 2.2 gained otherwise), 200000 simulations\n"
+    )
+    for n in SEED_COUNTS:
+        for a, name in ((0.05, "0.05"), (0.05 / 30, "0.05/30")):
+            t_alone, rule = collapse_level(n, a, sims=200_000)
+            out(
+                f"  n={n:2} at {name:7}: paired t alone {t_alone:.4f} ({t_alone / a:.1f}x)  t and sign-flip {rule:.4f}\n"
+            )
+    out("warm-start design: coverage of the difference of two identical variants, 20000 simulations\n")
+    for warm_starts, seeds in ((3, 3), (3, 5), (5, 3), (10, 3)):
+        for between in (0.0, 1.0, 3.0):
+            across, pooled, level = warm_start_coverage(warm_starts, seeds, between)
+            out(
+                f"  {warm_starts:2} warm-starts x {seeds} seeds, sd between {between:g}: across (t on warm-start "
+                f"means) {across:.3f}  pooled as seeds (Welch) {pooled:.3f}  across t level {level:.4f}\n"
+            )
     out("sweeps of 6 variants x 2 scores, Holm, 1000 sweeps each (MC error about 0.7%)\n")
     for kind in ("normal", "lognormal", "beta"):
         for n in (5, 10):

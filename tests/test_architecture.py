@@ -143,6 +143,7 @@ def test_the_report_reads_runs_through_the_run_directory_contract_alone():
         "twinkle_exp.tracking.run_json",
         "twinkle_exp.tracking.metrics_csv",
         "twinkle_exp.tracking.samples_file",
+        "twinkle_exp.tracking.items_file",  # items.jsonl: per held-out prompt results, torch-free like samples
         "twinkle_exp.metric_names",
     }
     for path in (PACKAGE / "report").rglob("*.py"):
@@ -192,6 +193,7 @@ REPORT_RANKS = {
     "scaling": 6,
     "tuning": 6,
     "regimes": 6,
+    "suite": 6,
     "__main__": 6,
     "__init__": 6,
 }

@@ -84,10 +84,16 @@ def test_one_seed_gives_no_interval_and_bad_input_a_clear_error():
         mean_interval([0.5, float("nan")])
 
 
-def test_no_spread_gives_a_point_and_a_decided_p():
-    s = welch_summary(np.array([0.6, 0.6, 0.6]), np.array([0.5, 0.5, 0.5]))
-    assert difference_interval([0.6] * 3, [0.5] * 3).low == pytest.approx(0.1)
-    assert t_p_value(s) == 0.0
+def test_no_spread_gives_a_point_no_interval_and_no_test():
+    # A zero-width interval says nothing about the noise: none is published, and the t gives p = 1, not 0.
+    s = welch_summary(np.array([0.6, 0.6]), np.array([0.5, 0.5]))
+    gap = difference_interval([0.6] * 3, [0.5] * 3)
+    assert (
+        gap.value == pytest.approx(0.1) and gap.low is None and gap.high is None and "no spread" in gap.method
+    )
+    flat = mean_interval([0.2, 0.2])
+    assert flat.value == 0.2 and flat.low is None and "no spread" in flat.method
+    assert t_p_value(s) == 1.0
     assert t_p_value(welch_summary(np.array([0.5, 0.5]), np.array([0.5, 0.5]))) == 1.0
 
 

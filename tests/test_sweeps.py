@@ -54,10 +54,10 @@ def _assert_job_config(cfg: DictConfig, override: str) -> None:
         assert cfg.loss._target_.rsplit(".", 1)[1] == LOSSES[value].__name__, (override, cfg.loss)
     elif key in ("sweep", "experiment"):  # presets: checked by the config check and the loss built below
         pass
-    elif key == "advantage":  # an option of conf/advantage: the composed group holds the option's own keys
-        option = yaml.safe_load((REPO / "conf" / "advantage" / f"{value}.yaml").read_text())
+    elif key in ("advantage", "task"):  # an option of conf/<group>: the composed group holds its own keys
+        option = yaml.safe_load((REPO / "conf" / key / f"{value}.yaml").read_text()) or {}
         option.pop("defaults", None)
-        assert {k: cfg.advantage[k] for k in option} == option, (override, cfg.advantage)
+        assert {k: cfg[key][k] for k in option} == option, (override, cfg[key])
     else:
         got = OmegaConf.select(cfg, key, throw_on_missing=True)
         assert got is not None, f"{key} is not a config key"

@@ -85,7 +85,7 @@ LOW_PROB_GIVEN_HIGH = TRAIN + loss_keys.LOW_PROB_GIVEN_HIGH
 # Optimizer steps skipped so far because a reward, advantage, log-prob, loss or gradient was not finite.
 SKIPPED_STEPS = "train/skipped_steps"
 
-# End-of-run figures, in the wandb run summary and run.json's "final" (twinkle_exp.report.run_summary), so that
+# End-of-run figures, in the wandb run summary and run.json's "final" (twinkle_exp.summary.run_summary), so that
 # a wandb project's table and parallel-coordinates panels can sort and compare runs without opening them.
 SUMMARY_FINAL_ACCURACY = "summary/final_accuracy"  # the last val/accuracy
 SUMMARY_ACCURACY_AUC = "summary/accuracy_auc"  # area under val/accuracy over the step span: mean accuracy

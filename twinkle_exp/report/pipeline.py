@@ -14,18 +14,26 @@ from .loading.grouping import GroupByError, assign_groups, flag_repeated_seeds, 
 from .loading.provenance import check_provenance
 from .loading.runs import Run, load_runs
 from .rendering.attempts import render_attempts_markdown
+from .rendering.items_section import item_lines
 from .rendering.plots import legend_labels, plot_all, variant_colors
 from .rendering.plots_intervals import TITLE as INTERVALS_TITLE
 from .rendering.plots_intervals import plot_intervals
 from .rendering.plots_pass_at_k import TITLE as PASS_AT_K_TITLE
 from .rendering.plots_pass_at_k import plot_pass_at_k
 from .rendering.render import ReportData, build_blocks, to_html, to_markdown
-from .rendering.verdicts_file import CSV_NAME, JSON_NAME, write_verdicts
+from .rendering.verdicts_file import BREAKDOWN_CSV_NAME, CSV_NAME, JSON_NAME, write_verdicts
 from .statistics.aggregate import DEFAULT_SCORES, Score, grid_spans, metric_score
 from .statistics.aggregate import summarize as summarize_variants
-from .statistics.comparisons import compare_all
+from .statistics.comparisons import FAMILY, compare_all
 from .statistics.verdicts import DEFAULT_MARGINS
-from .statistics.warm_starts import split_sentences
+from .statistics.warm_start_design import (
+    compare_across,
+    compare_per_warm_start,
+    design_of,
+    pooled_names,
+    this_warm_start,
+)
+from .statistics.warm_starts import split_sentences, warm_start_of
 
 
 class Refusal(Exception):
@@ -90,20 +98,35 @@ def summarize(
     if unlogged:
         raise Refusal(f"--score {unlogged[0]}: no run logged this metric")
     chosen_margins = margins_of(scores, margins or {})
-    provenance = check_provenance([run for run in runs if run.finished])
-    if provenance.mixed and not allow_mixed_provenance:
-        raise Refusal(provenance.refusal())
     try:
         spans = grid_spans(runs, scores)
     except ValueError as exc:
         raise Refusal(str(exc)) from exc
     stats = summarize_variants(runs, threshold, scores)
+    design = design_of(stats)  # runs that differ only in warmup.seed: a design, not a provenance mix
+    finished = [run for run in runs if run.finished]
+    provenance = check_provenance(finished, warm_start_of if design is not None else None)
+    if provenance.mixed and not allow_mixed_provenance:
+        raise Refusal(provenance.refusal())
+    pooled = pooled_names(stats, names)
+    if design is None:
+        levels = {warm_start_of(run) for run in finished}
+        population = this_warm_start(levels.pop() if len(levels) == 1 else None)
+        comparisons = compare_all(
+            stats, scores, names, margins=chosen_margins, method=adjust, population=population
+        )
+        breakdown = None
+    else:
+        comparisons = compare_across(
+            design, scores, pooled, family_name=FAMILY, margins=chosen_margins, method=adjust
+        )
+        breakdown = compare_per_warm_start(design, scores, pooled, margins=chosen_margins, method=adjust)
     return ReportData(
         dirs=[d.resolve() for d in dirs],
         runs=runs,
         stats=stats,
         scores=scores,
-        comparisons=compare_all(stats, scores, names, margins=chosen_margins, method=adjust),
+        comparisons=comparisons,
         provenance=provenance,
         spans=spans,
         diagnostics=diagnose_sweep(variants) + diagnose_variants(variants),
@@ -111,8 +134,11 @@ def summarize(
         names=names,
         shared=shared,
         threshold=threshold,
-        verdict_files=[CSV_NAME, JSON_NAME],
+        verdict_files=[CSV_NAME, JSON_NAME] + ([BREAKDOWN_CSV_NAME] if breakdown is not None else []),
         warm_starts=split_sentences(runs),
+        breakdown=breakdown,
+        design="" if design is None else design.describe(),
+        items=item_lines(stats, names, design, pooled),
     )
 
 

@@ -22,7 +22,10 @@ from .statistics.scaling_curves import AXES, fit_variant, rankings_agree
 
 def _show(i: Interval, fmt: str = ".3g") -> str:
     bounds = "" if i.low is None else f" [{i.low:{fmt}}, {i.high:{fmt}}]"
-    return f"{i.value:{fmt}}{bounds}"
+    # A fit that ended at its search bound gives a limit, not an estimate: say so beside the figure.
+    return f"{i.value:{fmt}}{bounds}" + (
+        " (at the fit's bound: a limit, not an estimate)" if i.at_bound else ""
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

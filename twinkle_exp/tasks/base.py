@@ -68,6 +68,9 @@ def check_printable_ascii(text: str, what: str) -> None:
         raise ValueError(f"{what} must be non-empty printable ASCII without whitespace, got {text!r}")
 
 
+HELD_OUT_PARTS = ("all", "tuning", "verdict")
+
+
 @dataclass(kw_only=True, eq=False)
 class ProceduralTask(Task):
     """A task whose examples are generated from a seeded RNG over a finite space of prompts.
@@ -80,6 +83,12 @@ class ProceduralTask(Task):
 
     seed: int = 0  # fixes the held-out set, the same for every RL seed
     num_validation: int = 128
+    # Which part of the held-out set validation scores: "all"; "tuning" (its first `tuning_share`, drawn in
+    # random order, so a random part) to choose settings on; "verdict" (the rest) for the runs whose
+    # verdicts count, so that no setting is chosen on the prompts that judge it. Training never sees any
+    # part: every held-out prompt stays out of the training draws whichever part is scored.
+    held_out_part: str = "all"
+    tuning_share: float = 0.5
 
     def __post_init__(self) -> None:
         self.check()
@@ -92,8 +101,17 @@ class ProceduralTask(Task):
                 f"{type(self).__name__} has only {space} distinct prompts; cannot hold out "
                 f"num_validation={self.num_validation} and still train. Lower num_validation or enlarge the task."
             )
-        self._validation = self._draw_validation()
-        self._validation_prompts = frozenset(ex.prompt for ex in self._validation)
+        if self.held_out_part not in HELD_OUT_PARTS:
+            raise ValueError(f"held_out_part must be one of {HELD_OUT_PARTS}, got {self.held_out_part!r}")
+        drawn = self._draw_validation()
+        tuning = round(self.tuning_share * len(drawn))
+        if self.held_out_part != "all" and not 1 <= tuning < len(drawn):
+            raise ValueError(
+                f"tuning_share={self.tuning_share} leaves an empty part of the {len(drawn)} held-out prompts"
+            )
+        self._validation_prompts = frozenset(ex.prompt for ex in drawn)  # training avoids every part
+        parts = {"all": drawn, "tuning": drawn[:tuning], "verdict": drawn[tuning:]}
+        self._validation = parts[self.held_out_part]
 
     def check(self) -> None:
         """Raise ValueError naming a field whose value the task cannot use."""

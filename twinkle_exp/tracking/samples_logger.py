@@ -51,3 +51,11 @@ def keep_samples(loggers: list[Any], **rollout: Any) -> None:
     for logger in loggers:
         if isinstance(logger, SamplesFileLogger):
             logger.write_rollout(**rollout)
+
+
+def kept_run_dir(loggers: list[Any]) -> Path | None:
+    """The run directory samples.jsonl is kept in (items.jsonl goes beside it); None when the run keeps none."""
+    for logger in loggers:
+        if isinstance(logger, SamplesFileLogger):
+            return logger.file.path.parent
+    return None

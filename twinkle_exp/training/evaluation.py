@@ -42,6 +42,7 @@ def greedy_totals(
     batch_size: int,
     buckets: list[int] | None = None,
     completion_answer: Callable[[str], str] | None = None,
+    per_item: list[float] | None = None,
 ) -> torch.Tensor:
     """`[4 + 2K]` float64 on the model's device: correct answers, summed total reward, number of `examples`
     and of those cut off at the budget, of greedy completions, then (correct, count) for each of the K answer
@@ -50,7 +51,8 @@ def greedy_totals(
 
     Correct is the verdict of the reward function that gives one (`RewardSet.verdict`: reward=math), else
     exact match of `completion_answer(completion)` (the task's part of it that is the answer; default: all
-    of it); a completion cut off at the budget is never correct."""
+    of it); a completion cut off at the budget is never correct. `per_item`: when given, each example's
+    correctness (1.0 / 0.0) is appended to it, in `examples` order (items.jsonl)."""
     buckets = buckets or []
     was_training = model.training
     model.eval()
@@ -65,6 +67,8 @@ def greedy_totals(
         hits, chunk_reward = _scored(rewards, prompts, answers, decoded, completion_answer)
         reward_sum += chunk_reward
         correct += sum(hits)
+        if per_item is not None:
+            per_item.extend(hits)
         cut_off += float(decoded.truncated.sum())
         for answer, hit in zip(answers, hits, strict=True):
             if len(answer) in buckets:
@@ -115,11 +119,13 @@ def sampled_totals(
     batch_size: int,
     generator: torch.Generator,
     completion_answer: Callable[[str], str] | None = None,
+    per_item: list[tuple[float, list[float]]] | None = None,
 ) -> torch.Tensor:
     """`[2 + len(ks)]` float64 on the model's device: the number of `examples`, the sum over them of the
     share of their `settings.n` samples (at `settings.temperature`) that are right, then for each k of
     `settings.ks` the sum of their pass@k. Sums, as `greedy_totals`; right as `greedy_totals` judges it.
-    Draws only from `generator`, so the training's random streams are untouched. Restores the model's mode."""
+    Draws only from `generator`, so the training's random streams are untouched. Restores the model's mode.
+    `per_item`: when given, each example's (share right, [pass@k for each k]) is appended, in order."""
     n, ks = settings.n, settings.resolved_ks()
     check_ks(n, ks)
     was_training = model.training
@@ -135,6 +141,9 @@ def sampled_totals(
         correct = np.asarray(hits).reshape(len(chunk), n).sum(axis=1).round().astype(np.int64)
         mean_sum += float((correct / n).sum())
         pass_sums += [pass_at_k(correct, n, k).sum() for k in ks]
+        if per_item is not None:
+            by_k = [pass_at_k(correct, n, k) for k in ks]  # each [len(chunk)]
+            per_item.extend((float(c / n), [float(p[i]) for p in by_k]) for i, c in enumerate(correct))
     model.train(was_training)
     device = next(model.parameters()).device
     return torch.tensor([len(examples), mean_sum, *pass_sums], dtype=torch.float64).to(device)

@@ -25,7 +25,9 @@ from twinkle_exp.config.schema import TrainerConfig
 from twinkle_exp.parallel import collectives
 from twinkle_exp.parallel.sharding import gathered
 from twinkle_exp.tasks import Task
+from twinkle_exp.tracking.items_file import ITEMS_JSONL, ItemsFile
 from twinkle_exp.tracking.loggers import log_metrics
+from twinkle_exp.tracking.samples_logger import kept_run_dir
 from twinkle_exp.training.evaluation import (
     greedy_totals,
     length_buckets,
@@ -63,6 +65,9 @@ class Validation:
         self.every, self.batch_size = trainer.val_every, trainer.val_batch_size
         self.samples = trainer.val_samples
         self.record = record
+        # items.jsonl beside samples.jsonl, when the run keeps that file (decided alike on every rank)
+        self.keep_items = trainer.samples_file_rows > 0
+        self._items: ItemsFile | None = None
         self._startup_checked = False  # whether the validation before training was checked for truncation
 
     def evaluate(self, module: Any, sampled: bool = False) -> dict[str, float]:
@@ -71,6 +76,8 @@ class Validation:
         held_out = self.task.validation_set()
         buckets = length_buckets(held_out)
         share = collectives.shard(held_out)
+        hits: list[float] = []
+        draws: list[tuple[float, list[float]]] = []
         with gathered(module.policy):
             totals = greedy_totals(
                 module.parts.sampler_copy.merged(module.policy),
@@ -81,13 +88,43 @@ class Validation:
                 batch_size=self.batch_size,
                 buckets=buckets,
                 completion_answer=self.task.completion_answer,
+                per_item=hits,
             )
             figures = validation_metrics(collectives.all_reduce(totals, "sum"), buckets)
             if sampled and self.samples.n > 0:
-                figures.update(self._sampled(module, share))
+                figures.update(self._sampled(module, share, draws))
+        if self.keep_items:
+            self._keep_items(module, hits, draws)
         return figures
 
-    def _sampled(self, module: Any, share: list) -> dict[str, float]:
+    def _keep_items(self, module: Any, hits: list[float], draws: list) -> None:
+        """Every held-out prompt's result to items.jsonl (rank 0 writes; every rank's share gathered)."""
+        shares = collectives.all_gather_object((hits, draws))
+        if module.global_rank != 0:
+            return
+        run_dir = kept_run_dir(module.loggers) if self._items is None else None
+        if self._items is None and run_dir is None:
+            return  # no samples.jsonl logger (a test's module): no run directory to write to
+        self._items = self._items or ItemsFile(run_dir / ITEMS_JSONL)
+        world = len(shares)  # rank r holds items r, r + world, ... (collectives.shard)
+        rows = sorted(
+            (r + world * i, h, d)
+            for r, (hs, ds) in enumerate(shares)
+            for i, (h, d) in enumerate(zip(hs, ds or [None] * len(hs), strict=True))
+        )
+        sampled = bool(draws)
+        self._items.write_validation(
+            step=module.global_step,
+            rollout=module.rollouts_done,
+            item=[i for i, _, _ in rows],
+            greedy=[h for _, h, _ in rows],
+            sampled_mean=[d[0] for _, _, d in rows] if sampled else None,
+            pass_at={k: [d[1][j] for _, _, d in rows] for j, k in enumerate(self.samples.resolved_ks())}
+            if sampled
+            else None,
+        )
+
+    def _sampled(self, module: Any, share: list, draws: list) -> dict[str, float]:
         started = time.perf_counter()
         device = next(module.policy.parameters()).device
         seed = np.random.SeedSequence([self.samples.seed, collectives.rank(), EVAL_STREAM])
@@ -102,6 +139,7 @@ class Validation:
             batch_size=self.batch_size,
             generator=generator,
             completion_answer=self.task.completion_answer,
+            per_item=draws,
         )
         figures = sampled_metrics(collectives.all_reduce(totals, "sum"), self.samples)
         figures[M.TIME_VAL_SAMPLES] = time.perf_counter() - started

@@ -51,12 +51,25 @@ def effect_line(v: Verdict) -> str:
     )
     if c.effect == "ratio" and v.ratio is not None:
         line += f"; ratio of means {_fmt(v.ratio)} (treatment / control)"
-    if p.margin is not None and p.p_equivalence is not None:
+    if p.p_noninferiority is not None:
+        margin = p.margin or 0.0
+        line += (
+            f"; tested as non-inferiority (the claim is '{c.expected}'): worse by {_fmt(margin)} or more is "
+            f"rejected at one-sided p = {p.p_noninferiority:.3g} (needs < {p.alpha / 2:g})"
+        )
+    elif p.margin is not None and p.p_equivalence is not None:
         line += f"; equivalence margin ±{_fmt(p.margin)}, TOST p = {p.p_equivalence:.3g}"
-    return (
-        line
-        + f"; detectable with 80% power at these seeds: {_fmt(p.mde)}; the paper's direction: {c.expected} 0"
+    line += (
+        f"; detectable with 80% power at these seeds: {_fmt(p.mde)}; the paper's direction: {c.expected} 0"
     )
+    if p.p_raw is not None:
+        n = min(p.n_first, p.n_second)
+        line += (
+            f"; the level holds against nulls of one shape, not against a rare collapse: a collapse on 10% of "
+            f"seeds is absent from {0.9**n:.0%} of {n}-seed samples, which no test at this seed count can see "
+            "(docs/statistics.md)"
+        )
+    return line
 
 
 def render(v: Verdict, runs: list[Run], plot: Path | None) -> str:
@@ -76,6 +89,10 @@ def render(v: Verdict, runs: list[Run], plot: Path | None) -> str:
     for check in v.preconditions:
         state = "met" if check.met else "**absent**"
         lines.append(f"- precondition {check.name}: measured {_fmt(check.measured)}, {state}")
+    if c.setting_lacks:
+        lines.append(
+            f"- known before the run, this setting lacks a condition of the paper's: {c.setting_lacks}"
+        )
     if v.pair is not None:
         lines.append(f"- {effect_line(v)}")
     if c.diagnostics:

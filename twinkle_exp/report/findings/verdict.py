@@ -3,7 +3,9 @@
 A finding is one pre-declared primary test (a family of one, not adjusted, and the page says so): Welch's t
 of the arms' difference of means (the paired t on per-seed differences when the arms' runs pair up by seed,
 as in the report), with the paper's direction. "different": significant in the paper's direction;
-"contradicted": significant in the other; "equivalent": inside the claim's declared margin (TOST), when it
+"contradicted": significant in the other ("contradicted in this setting" when the claim records a condition of
+the paper's that this setting was known to lack before the run); a ">=" / "<=" claim is a non-inferiority
+test against its margin ("non-inferior", or "contradicted" only when the interval lies beyond the margin); "equivalent": inside the claim's declared margin (TOST), when it
 declares one; else "inconclusive", with the smallest effect the seeds could detect. For a ratio claim the
 ratio of the arms' means is shown beside the difference; the test is the same (equal means). A claim's
 declared preconditions (`claims.Needs`) are measured on the runs first; when one is not met the verdict is
@@ -25,6 +27,7 @@ from ..statistics.comparisons import is_paired
 from ..statistics.threshold import common_horizon, restricted_steps
 from ..statistics.verdicts import (
     CONTRADICTED,
+    CONTRADICTED_IN_SETTING,
     DIFFERENT,
     PairData,
     PairVerdict,
@@ -122,8 +125,17 @@ def decide(claim: Claim, runs: list[Run]) -> Verdict:
     # The first one not met decides ("precondition absent", no p); all met, the first is recorded.
     shown = next((c for c in checks if not c.met), checks[0] if checks else None)
     pair = finding_verdict(
-        claim.name, data, expected=DIRECTIONS[claim.expected], margin=claim.margin, precondition=shown
+        claim.name,
+        data,
+        expected=DIRECTIONS[claim.expected],
+        margin=claim.margin,
+        precondition=shown,
+        at_least=claim.expected in (">=", "<="),
     )
     if claim.expected == "=" and pair.verdict == DIFFERENT:
         pair = dataclasses.replace(pair, verdict=CONTRADICTED)
+    if pair.verdict == CONTRADICTED and claim.setting_lacks:
+        # Known before the run: the setting lacks a condition the paper's result rests on, so a contradiction
+        # speaks for this setting only, not against the paper.
+        pair = dataclasses.replace(pair, verdict=CONTRADICTED_IN_SETTING)
     return Verdict(claim, x, y, pair, pair.verdict, threshold, checks)

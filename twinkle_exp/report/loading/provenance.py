@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from twinkle_exp.tracking.run_json import PROVENANCE, PROVENANCE_KEYS
@@ -23,6 +24,7 @@ from twinkle_exp.tracking.run_json import PROVENANCE, PROVENANCE_KEYS
 from .runs import Run
 
 UNKNOWN = "unknown"
+WARM_START_KEY = "warm_start_key"
 HEADERS = ["runs", "commit", "dirty", "threads", "cpu", "accelerator", "warm-start key"]
 _THREADS = (
     ("torch", "torch"),
@@ -99,14 +101,27 @@ class ProvenanceCheck:
         return out
 
 
-def check_provenance(runs: list[Run]) -> ProvenanceCheck:
-    """The provenance table and mismatches of `runs` (the finished runs a report compares)."""
+def check_provenance(
+    runs: list[Run], warm_start: Callable[[Run], str | None] | None = None
+) -> ProvenanceCheck:
+    """The provenance table and mismatches of `runs` (the finished runs a report compares).
+
+    warm_start: given when the runs are a warm-start design (runs that differ only in `warmup.seed` and
+    `seed`): the warm-start key must then agree within each warm-start (run -> its warmup.seed), not across.
+    """
     records = [(run, provenance_of(run)) for run in runs]
     known = [record for _, record in records if record is not None]
     unknown = [run.name for run, record in records if record is None]
     mixed = {}
     for key in PROVENANCE_KEYS:
         counts = Counter(_canonical(record.get(key)) for record in known)
+        if key == WARM_START_KEY and warm_start is not None and len(counts) > 1:
+            per_level: dict = {}
+            for run, record in records:
+                if record is not None:
+                    per_level.setdefault(warm_start(run), set()).add(_canonical(record.get(key)))
+            if all(len(values) == 1 for values in per_level.values()):
+                continue  # one key per warm-start: the design, not a mix
         if len(counts) > 1:
             mixed[key] = [(_show(key, json.loads(v)), n) for v, n in counts.most_common()]
     shown = ("commit", "dirty", "threads", "cpu", "accelerator", "warm_start_key")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.tracking.items_file import ITEMS_JSONL, read_items
 from twinkle_exp.tracking.metrics_csv import Series, read_metrics
 from twinkle_exp.tracking.run_json import METRICS_CSV, MOVED_ASIDE, RUN_JSON
 from twinkle_exp.tracking.samples_file import SAMPLES_JSONL, read_samples
@@ -56,6 +57,7 @@ class Run:
     group: list[str] | None = None  # "key=value" parts chosen by --group-by; None: overrides less seed
     run_json: dict[str, Any] = field(default_factory=dict)  # as written ({} when absent or unreadable)
     samples: list[dict[str, Any]] = field(default_factory=list)  # samples.jsonl's rows ([] when absent)
+    items: list[dict[str, Any]] = field(default_factory=list)  # items.jsonl's rows, one per validation step
 
     @property
     def variant_overrides(self) -> list[str]:
@@ -115,6 +117,8 @@ def load_run(job_dir: Path, sweep_dir: Path) -> Run:
         problems.append(f"finished, but logged no {M.VAL_ACCURACY}: left out of the accuracy statistics")
     samples, samples_problems = read_samples(job_dir / SAMPLES_JSONL)
     problems += samples_problems
+    items, items_problems = read_items(job_dir / ITEMS_JSONL)
+    problems += items_problems
     config, config_problem = read_yaml_dict(job_dir / CONFIG_FILE)
     hydra, _ = read_yaml_dict(job_dir / HYDRA_FILE)
     choices = ((hydra.get("hydra") or {}).get("runtime") or {}).get("choices") or {}
@@ -133,6 +137,7 @@ def load_run(job_dir: Path, sweep_dir: Path) -> Run:
         problems=problems + ([config_problem] if config_problem else []),
         run_json=written,
         samples=samples,
+        items=items,
     )
 
 

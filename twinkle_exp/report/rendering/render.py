@@ -18,6 +18,7 @@ from ..loading.runs import Run
 from ..statistics.aggregate import Score, VariantStats
 from ..statistics.comparisons import Comparisons, points
 from .headline import headline, verdict_sentences
+from .items_section import NOTE as ITEMS_NOTE
 from .samples import SAMPLE_HEADERS, sample_note, sample_rows
 from .tables import (
     JOB_HEADERS,
@@ -52,13 +53,25 @@ class ReportData:
     plots: dict[str, tuple[str, Path | None]] = field(default_factory=dict)
     verdict_files: list[str] = field(default_factory=list)  # names of the machine-readable verdict files
     warm_starts: list[str] = field(default_factory=list)  # the variance split, when runs vary warmup.seed
+    # When the runs are a warm-start design: the per-warm-start figures (a breakdown, not verdicts) and the
+    # design in words ("6 variants x 3 warm-starts ..."); None / "" for one warm-start.
+    breakdown: Comparisons | None = None
+    design: str = ""
+    items: list[str] = field(default_factory=list)  # the held-out items' share of each pair's interval
 
 
 WARM_STARTS_NOTE = (
     "The runs vary warmup.seed: each score's spread over the runs of a variant (its overrides less seed and "
     "warmup.seed), split into the part between warm-starts and the part within (one-way random-effects "
-    "ANOVA). The verdicts above compare each warm-start's runs on their own, so their intervals hold the "
-    "within part only."
+    "ANOVA)."
+)
+DESIGN_NOTE = (
+    "The runs are a warm-start design ({design}): each verdict above compares two variants across the "
+    "warm-starts both ran from, the warm-start a random effect (the t on the per-warm-start mean differences, "
+    "paired by warm-start; the exact sign-flip test over warm-starts beside it), so its interval holds both "
+    "the warm-starts' spread and the seeds'. The breakdown below compares each warm-start's runs on their own: "
+    "each row speaks for that warm-start only, adjusted as a family of its own, and is not a verdict about "
+    "the variants."
 )
 
 
@@ -85,7 +98,9 @@ def family_items(d: ReportData) -> list[str]:
     )
     items = [
         f"Family: every pair on every score, {c.describe()} (--adjust holm or bh); every verdict uses the "
-        f"adjusted p at alpha = {c.alpha:g}.",
+        f'adjusted p at alpha = {c.alpha:g}, and "different" needs the design\'s exact test, adjusted the same '
+        "way, below alpha too.",
+        f"Population: {verdicts[0].population if verdicts else 'none'}.",
         f"Equivalence margins: {margins or 'none'} (--margin SCORE=VALUE, in the score's units: 0.02 = 2 points).",
         f"Paired (t on per-seed differences; the runs at each seed share prompt and sampler streams and the "
         f"warm-start): {paired} of {len(verdicts)} tests; the others unpaired (Welch t).",
@@ -130,8 +145,12 @@ def build_blocks(d: ReportData) -> list[Block]:
         ("h2", "Verdicts"),
         ("ul", sentences) if sentences else ("p", "No pair of variants was tested (see Pairs not tested)."),
     ]
-    if d.warm_starts:
-        blocks += [("h2", "Warm-starts"), ("p", WARM_STARTS_NOTE), ("ul", d.warm_starts)]
+    if d.warm_starts or d.design:
+        blocks.append(("h2", "Warm-starts"))
+        if d.design:
+            blocks.append(("p", DESIGN_NOTE.format(design=d.design)))
+        if d.warm_starts:
+            blocks += [("p", WARM_STARTS_NOTE), ("ul", d.warm_starts)]
     if problems:
         blocks += [("h2", "Data problems"), ("p", "Some files could not be read in full:"), ("ul", problems)]
     if d.comparisons.verdicts:
@@ -145,6 +164,20 @@ def build_blocks(d: ReportData) -> list[Block]:
             ]
     if d.comparisons.untested:
         blocks += [("h2", "Pairs not tested"), ("ul", d.comparisons.untested)]
+    if d.items:
+        blocks += [("h2", "Held-out items"), ("p", ITEMS_NOTE), ("ul", d.items)]
+    if d.breakdown is not None and d.breakdown.verdicts:
+        blocks += [
+            ("h2", "Per warm-start breakdown"),
+            ("p", f"Each warm-start's runs on their own ({d.breakdown.family.size} tests: pairs x scores x "
+             f"warm-starts, adjusted together, {d.breakdown.family.method}); each row speaks for its warm-start "
+             "only."),
+        ]  # fmt: skip
+        for score in d.scores:
+            chosen = d.breakdown.of(score)
+            if chosen:
+                rows = [[f"warmup.seed={v.warm_start}", *pair_row(v, score)] for v in chosen]
+                blocks.append(("table", ["warm-start", *PAIR_HEADERS], rows))
     blocks += [
         ("h2", "Provenance"),
         ("table", PROVENANCE_HEADERS, d.provenance.rows),

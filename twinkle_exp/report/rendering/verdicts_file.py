@@ -15,6 +15,7 @@ from ..statistics.verdicts import PairVerdict
 from .render import ReportData
 
 CSV_NAME, JSON_NAME = "verdicts.csv", "verdicts.json"
+BREAKDOWN_CSV_NAME = "verdicts_by_warm_start.csv"  # a warm-start design's per-warm-start rows
 COLUMNS = [f.name for f in dataclasses.fields(PairVerdict)]
 
 
@@ -52,10 +53,11 @@ def write_verdicts(d: ReportData, out_dir: Path) -> list[Path]:
     """verdicts.csv and verdicts.json into `out_dir`; the paths written."""
     pairs = [v.to_row() for v in d.comparisons.verdicts]
     csv_path, json_path = out_dir / CSV_NAME, out_dir / JSON_NAME
-    with csv_path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in pairs)
+    write_csv(csv_path, pairs)
+    written = [csv_path, json_path]
+    breakdown = [] if d.breakdown is None else [v.to_row() for v in d.breakdown.verdicts]
+    if d.breakdown is not None:
+        written.append(write_csv(out_dir / BREAKDOWN_CSV_NAME, breakdown))
     c = d.comparisons
     document = {
         "family": {
@@ -76,6 +78,17 @@ def write_verdicts(d: ReportData, out_dir: Path) -> list[Path]:
         "steps_to_threshold": threshold_rows(d),
         "pairs": pairs,
         "untested": c.untested,
+        "design": d.design or None,
+        "per_warm_start": breakdown,
     }
     json_path.write_text(json.dumps(document, indent=2, default=str), encoding="utf-8")
-    return [csv_path, json_path]
+    return written
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    """Pair rows under COLUMNS (None as an empty cell)."""
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+    return path

@@ -10,7 +10,7 @@ unpaired (Welch). A pair with fewer than 2 seeds on a side is not tested and not
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 import numpy as np
@@ -18,7 +18,17 @@ import numpy as np
 from ..loading.provenance import pairing_key
 from .aggregate import Score, VariantStats
 from .multiplicity import Family
-from .verdicts import ALPHA, DEFAULT_MARGINS, DIFFERENT, EQUIVALENT, PairData, PairVerdict, pair_verdicts
+from .verdicts import (
+    ALPHA,
+    DEFAULT_MARGINS,
+    DIFFERENT,
+    EQUIVALENT,
+    NOT_TESTED,
+    THIS_WARM_START,
+    PairData,
+    PairVerdict,
+    pair_verdicts,
+)
 
 FAMILY = "this report"
 
@@ -77,12 +87,12 @@ def compare_all(
     margins: Mapping[str, float] = DEFAULT_MARGINS,
     method: str = "holm",
     alpha: float = ALPHA,
-    exact: bool = True,
+    population: str = THIS_WARM_START,
 ) -> Comparisons:
     """Every pair of variants on every score with 2+ seeds a side, as one family adjusted by `method`.
 
     margins: score name -> equivalence margin in the score's units (fractions for accuracy); a score
-    without one gets no equivalence test. exact: also compute each pair's exact permutation p (a check).
+    without one gets no equivalence test. population: whom the verdicts speak for (the warm-start).
     """
     names = names or {}
     members, untested = [], []
@@ -96,9 +106,8 @@ def compare_all(
                     f"{names.get(a.label, a.label)} vs {names.get(b.label, b.label)} on {score.name}: {n} vs "
                     f"{m} seeds, too few for a test (2 a side); not in the family"
                 )
-    family, verdicts = pair_verdicts(
-        members, FAMILY, margins=margins, alpha=alpha, method=method, exact=exact
-    )
+    family, verdicts = pair_verdicts(members, FAMILY, margins=margins, alpha=alpha, method=method)
+    verdicts = [replace(v, population=population) for v in verdicts]
     return Comparisons(family, verdicts, {s.name: s for s in scores}, alpha, dict(margins), untested)
 
 
@@ -134,12 +143,24 @@ def verdict_label(v: PairVerdict, score: Score) -> str:
 def sentence(v: PairVerdict, score: Score) -> str:
     """The pair's verdict as a sentence a reader can quote."""
     head = f"{v.first} vs {v.second} on {v.score}: {verdict_label(v, score)}"
-    seeds = f"{v.n_first} vs {v.n_second} seeds, {v.test}"
-    figures = f"difference {interval(v, score)} ({seeds}), adjusted p = {v.p_adjusted:.3g}"
+    units = "warm-starts" if v.test.endswith("warm-start means") else "seeds"
+    seeds = f"{v.n_first} vs {v.n_second} {units}, {v.test}"
+    figures = (
+        f"difference {interval(v, score)} ({seeds}), adjusted p = {v.p_adjusted:.3g}, exact test's adjusted "
+        f"p = {v.p_exact_adjusted:.3g}; {v.population}"
+    )
     if v.verdict == DIFFERENT:
         return f"{head}: {v.first} higher, {figures}; P(improvement) = {prob_improvement(v)}."
     if v.verdict == EQUIVALENT:
         return f"{head}: {figures}, equivalence (TOST) adjusted p = {v.p_equivalence_adjusted:.3g}."
+    if v.verdict == NOT_TESTED:
+        return f"{head}: every seed gave the same difference, {interval(v, score)}: no spread, so no test."
+    if not v.decidable:
+        return (
+            f"{head}: {figures}; these {units} cannot decide: the {v.exact_test} test's smallest p, "
+            f"{v.exact_floor:.3g}, is above alpha / {v.family_size}, and the t alone does not hold its level "
+            "when a loss collapses on a few seeds (docs/statistics.md)."
+        )
     text = (
         f"{head}: {figures}; these seeds detect a difference of {points(v.mde, score, signed=False)} with 80% "
         "power"

@@ -98,12 +98,13 @@ def t_bounds(s: TSummary, confidence: float = CONFIDENCE) -> tuple:
 def t_p_value(s: TSummary, null: float = 0.0, alternative: str = "two-sided"):
     """p-value of the t test of `estimate == null` ("two-sided", "greater": estimate > null, or "less").
 
-    With no spread at all (se = 0) the data decide without noise: p = 0 when the estimate differs from the
-    null in the direction tested, else 1.
+    With no spread at all (se = 0) there is no test: p = 1. Identical per-seed figures (a score that
+    saturated, a metric that was not logged as it varied) carry no information about the noise, and the t
+    interval has width zero; calling that "different" would turn 2 seeds at 20.0 into a certainty.
     """
     with np.errstate(invalid="ignore", divide="ignore"):
         t = (np.asarray(s.estimate) - null) / np.asarray(s.se)
-        t = np.where(np.asarray(s.se) == 0, np.sign(np.asarray(s.estimate) - null) * np.inf, t)
+        t = np.where(np.asarray(s.se) == 0, np.nan, t)
     if alternative == "greater":
         p = stats.t.sf(t, s.df)
     elif alternative == "less":
@@ -120,11 +121,17 @@ def _interval(s: TSummary, n: int, confidence: float) -> Interval:
     return Interval(float(s.estimate), float(low), float(high), n, confidence, f"{s.test} interval")
 
 
+NO_SPREAD = "none (no spread: every seed gave the same value)"
+
+
 def mean_interval(values, confidence: float = CONFIDENCE) -> Interval:
-    """Mean of `values` `[n]` and its t interval; no interval (None) with one value."""
+    """Mean of `values` `[n]` and its t interval; no interval (None) with one value or no spread (a
+    zero-width interval says nothing about the noise, so none is published)."""
     x = as_scores(values)
     if len(x) < 2:
         return Interval(float(np.mean(x)), None, None, len(x), confidence, "none (one seed)")
+    if np.ptp(x) == 0:
+        return Interval(float(np.mean(x)), None, None, len(x), confidence, NO_SPREAD)
     return _interval(one_sample_summary(x), len(x), confidence)
 
 
@@ -135,6 +142,8 @@ def difference_interval(x, y, confidence: float = CONFIDENCE) -> Interval:
     n = min(len(x), len(y))
     if n < 2:
         return Interval(float(np.mean(x) - np.mean(y)), None, None, n, confidence, "none (one seed)")
+    if np.ptp(x) == 0 and np.ptp(y) == 0:
+        return Interval(float(np.mean(x) - np.mean(y)), None, None, n, confidence, NO_SPREAD)
     return _interval(welch_summary(x, y), n, confidence)
 
 

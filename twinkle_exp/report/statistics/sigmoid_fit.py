@@ -18,7 +18,7 @@ more than the differences it is asked to rank says nothing about A. Pure numpy /
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import curve_fit
@@ -45,6 +45,9 @@ class SigmoidFit:
     R0: float
     rmse: float  # root mean square residual over the fitted points
     n: int  # points fitted
+    # Parameters that ended at a bound of the search ("A" at 1.0 for a pass rate): there the fit says "at
+    # least/at most this", not "this", and no interval over seeds of it is an interval of an estimate.
+    at_bound: tuple[str, ...] = ()
 
     def predict(self, c) -> np.ndarray:
         return sigmoid(c, self.R0, self.A, self.B, self.C_mid)
@@ -99,7 +102,14 @@ def fit_sigmoid(
         raise ValueError("the sigmoid fit did not converge from any start")
     sse, params = best
     a, b, c_mid = (float(x) for x in params[:3])
-    return SigmoidFit(a, b, c_mid, float(params[3]) if fit_r0 else r0, float(np.sqrt(sse / len(c))), len(c))
+    names = ("A", "B", "C_mid", "R0")[: len(params)]
+    at_bound = tuple(
+        name
+        for name, value, lo, hi in zip(names, params, bounds_lo, bounds_hi, strict=True)
+        if np.isclose(value, lo, rtol=1e-6, atol=1e-9) or np.isclose(value, hi, rtol=1e-6, atol=1e-9)
+    )
+    r0_fit = float(params[3]) if fit_r0 else r0
+    return SigmoidFit(a, b, c_mid, r0_fit, float(np.sqrt(sse / len(c))), len(c), at_bound)
 
 
 @dataclass(frozen=True)
@@ -127,7 +137,11 @@ def intervals_over_seeds(fits: list[SigmoidFit]) -> dict[str, Interval]:
     is multiplicative), given back as the geometric mean and its bounds."""
     if not fits:
         raise ValueError("no fits to summarise")
-    out = {name: mean_interval([getattr(f, name) for f in fits]) for name in ("A", "B", "R0")}
+    out = {}
+    for name in ("A", "B", "R0"):
+        interval = mean_interval([getattr(f, name) for f in fits])
+        bound = any(name in f.at_bound for f in fits)
+        out[name] = replace(interval, at_bound=bound) if bound else interval
     log = mean_interval(np.log([f.C_mid for f in fits]))
     out["C_mid"] = Interval(
         float(np.exp(log.value)),
@@ -136,6 +150,7 @@ def intervals_over_seeds(fits: list[SigmoidFit]) -> dict[str, Interval]:
         log.n,
         log.confidence,
         f"{log.method} of log C_mid",
+        at_bound=any("C_mid" in f.at_bound for f in fits),
     )
     return out
 
