@@ -50,6 +50,10 @@ DYNAMIC_EXTRA_DRAWS = "train/dynamic_sampling/extra_draws"
 DYNAMIC_ZERO_VARIANCE_LEFT = "train/dynamic_sampling/zero_variance_left"
 DYNAMIC_CAP_HIT = "train/dynamic_sampling/cap_hit"
 TIME_ROLLOUT = "time/rollout_s"
+# rollout.engine=vllm: the seconds (the slowest rank's) and bytes of the weight pushes into the engine since the
+# last rollout's metrics; 0 when the engine already held the rollout's weights (training/engine_sync.py).
+TIME_ENGINE_PUSH = "time/engine_push_s"
+ENGINE_PUSH_BYTES = "train/engine/push_bytes"
 TIME_GREEDY_BASELINE = "time/greedy_baseline_s"  # drawing and scoring ReMax's greedy completions
 TIME_DYNAMIC_SAMPLING = "time/dynamic_sampling_s"  # the refills' sampling and scoring
 TIME_REFERENCE = "time/reference_s"
