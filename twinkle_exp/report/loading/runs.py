@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.tracking.metrics_csv import Series, read_metrics
 from twinkle_exp.tracking.run_json import METRICS_CSV, MOVED_ASIDE, RUN_JSON
 from twinkle_exp.tracking.samples_file import SAMPLES_JSONL, read_samples
 
-from .metrics_csv import Series, read_metrics
 from .run_files import (
     CONFIG_FILE,
     HYDRA_FILE,
