@@ -18,6 +18,7 @@ pytest.importorskip(
 
 from hf_helpers import char_level_hf_tokenizer  # noqa: E402
 
+from twinkle_exp import metric_names as M  # noqa: E402
 from twinkle_exp.config.schema import RolloutCorrectionConfig  # noqa: E402
 from twinkle_exp.lifecycle.nonfinite import NonFiniteGuard  # noqa: E402
 from twinkle_exp.loss import GRPOLoss  # noqa: E402
@@ -70,7 +71,7 @@ def _trainer_logps(model, prompt_ids, completion) -> torch.Tensor:  # [len(compl
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_pushed_weights_score_like_the_trainer_after_each_of_three_steps(engine, model_dir, lora):
     model, tokenizer = _policy(model_dir, lora)
-    sync, lagged = EngineSync(engine), LaggedPolicy(0)
+    lagged = LaggedPolicy(0)
     prompt = encode_prompt(tokenizer, "abc")
     completion = tokenizer.encode("xyz!") + [tokenizer.eos_token_id]
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-2)
@@ -91,7 +92,32 @@ def test_pushed_weights_score_like_the_trainer_after_each_of_three_steps(engine,
         if before is not None:  # the step moved the log-probs: the comparison can tell a missed push
             assert (want - before).abs().max() > 1e-2
         before = want
-    assert sync.metrics() == {"time/engine_push_s": 0.0, "train/engine/push_bytes": 0.0}
+
+
+def test_the_step_s_sync_pushes_once_per_change_and_measures_the_ratio(engine, model_dir):
+    model, tokenizer = _policy(model_dir, lora=False)
+    sync, lagged = EngineSync(engine), LaggedPolicy(0)
+    options = SamplingOptions(max_new_tokens=8, group_size=2)
+    draw = lambda seed: sync.sample(  # noqa: E731
+        model, lagged, tokenizer, PROMPTS, options, torch.Generator().manual_seed(seed), torch.device("cpu")
+    )
+    b = draw(0)
+    with torch.no_grad():
+        old, _ = sequence_logps(model, b.input_ids, b.attention_mask, b.position_ids, b.labels)
+    first = sync.metrics(old, b)
+    assert first[M.ENGINE_PUSH_BYTES] > 0 and first[M.TIME_ENGINE_PUSH] > 0
+    assert (
+        1 - 1e-4
+        < first[M.SAMPLER_RATIO_MIN]
+        <= first[M.SAMPLER_RATIO_MEAN]
+        <= first[M.SAMPLER_RATIO_MAX]
+        < 1 + 1e-4
+    )
+    b = draw(1)  # no optimizer step since: nothing pushed
+    again = sync.metrics(b.old_logps, b)  # the sampler's own log-probs as the old ones: every ratio 1
+    assert (
+        again[M.ENGINE_PUSH_BYTES] == 0.0 and again[M.SAMPLER_RATIO_MIN] == again[M.SAMPLER_RATIO_MAX] == 1.0
+    )
 
 
 def test_a_rollout_carries_the_trainer_s_log_probs_and_is_a_function_of_the_generator(engine, model_dir):

@@ -74,4 +74,6 @@ def test_the_cli_refuses_in_one_line_with_exit_status_2(run_cli):
     proc = run_cli("rollout.engine=vllm")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
-    assert lines[-1].startswith("rollout.engine=vllm: the built-in tiny model is not a vLLM architecture"), lines
+    assert lines[-1].startswith("rollout.engine=vllm: the built-in tiny model is not a vLLM architecture"), (
+        lines
+    )

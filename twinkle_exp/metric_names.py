@@ -33,6 +33,12 @@ ZERO_ADVANTAGE_ROWS_SKIPPED = "train/zero_advantage_rows_skipped"
 # how far the sampler (KV-cached, maybe another precision or engine) is from the training forward.
 LOGP_MISMATCH_MEAN = "train/logp_mismatch/mean"
 LOGP_MISMATCH_MAX = "train/logp_mismatch/max"
+# rollout.engine=vllm, over every completion token of the rollout (every rank): the importance ratio
+# pi_old / pi_sampler = exp(trainer's recomputed old log-prob - the engine's), its smallest, largest and mean:
+# the distribution a rollout correction (optim.rollout_correction) truncates or masks.
+SAMPLER_RATIO_MIN = "train/sampler_ratio/min"
+SAMPLER_RATIO_MAX = "train/sampler_ratio/max"
+SAMPLER_RATIO_MEAN = "train/sampler_ratio/mean"
 # Top-k / top-p only: the mean over completion tokens of the tempered softmax's mass the filter removed
 # before the draw, which is each token's total variation between the distribution sampled and the one
 # the old log-probs and the loss score (docs/experiment.md, "Top-k and top-p").

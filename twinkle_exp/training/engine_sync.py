@@ -58,11 +58,24 @@ class EngineSync:
             self.pushed[key] += value
         return self.engine.generate(tokenizer, prompts, options, generator, device)
 
-    def metrics(self) -> dict[str, float]:
-        """The pushes' seconds (the slowest rank's) and bytes since the last call, 0 when none (every rank
-        calls it together)."""
+    def metrics(self, old_logps: torch.Tensor, rollout: RolloutBatch) -> dict[str, float]:
+        """The pushes' seconds (the slowest rank's) and bytes since the last call, 0 when none, and the
+        importance ratio pi_old / pi_sampler over the rollout's completion tokens, every rank's (every rank
+        calls it together). `old_logps` `[N, P + C]`: the trainer's (recomputed: the engine always counts as a
+        sampler that can differ, training/old_logps.py)."""
         out = collectives.max_over_ranks(
             {M.TIME_ENGINE_PUSH: self.pushed["seconds"], M.ENGINE_PUSH_BYTES: self.pushed["bytes"]}
         )
         self.pushed = {"seconds": 0.0, "bytes": 0.0}
+        mask = rollout.completion_mask
+        log_ratio = (old_logps - rollout.old_logps)[mask].double()  # [tokens]
+        low, high = (
+            collectives.all_reduce(log_ratio.min().reshape(1), "min"),
+            collectives.all_reduce(log_ratio.max().reshape(1), "max"),
+        )
+        sums = collectives.all_reduce(
+            torch.stack([log_ratio.exp().sum(), log_ratio.new_tensor(float(log_ratio.numel()))]), "sum"
+        )
+        out[M.SAMPLER_RATIO_MIN], out[M.SAMPLER_RATIO_MAX] = float(low.exp()), float(high.exp())
+        out[M.SAMPLER_RATIO_MEAN] = float(sums[0] / sums[1])
         return out

@@ -322,7 +322,7 @@ def rollout_summary(parts: StepParts, plan: UpdatePlan, step: int, quote: bool) 
     metrics |= collectives.sum_over_ranks(plan.reward_metrics)
     metrics |= plan.sampling_metrics  # already every rank's
     if parts.engine is not None:
-        metrics |= parts.engine.metrics()
+        metrics |= parts.engine.metrics(plan.old_logps, rollout)
     if quote:
         texts = rollout.completions
         cut = [c for c, flag in zip(texts, rollout.truncated.tolist(), strict=True) if flag]
