@@ -94,8 +94,8 @@ class RewardConfig:
 
 @dataclass
 class VllmConfig:
-    """`rollout.engine=vllm`'s engine (sampling/vllm_engine.py; docs/real-models.md, "vLLM as the rollout
-    engine")."""
+    """`rollout.engine=vllm`'s engine (sampling/vllm_engine.py;
+    docs/real-models.md, "vLLM as the rollout engine")."""
 
     # The engine's weights: float32 matches the trainer's float32 forward to ~1e-5 per token; bfloat16 is the
     # field's regime, whose log-probs differ by ~1e-2 (train/logp_mismatch/*, optim.rollout_correction).
