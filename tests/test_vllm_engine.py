@@ -94,6 +94,28 @@ def test_pushed_weights_score_like_the_trainer_after_each_of_three_steps(engine,
         before = want
 
 
+def test_with_staleness_the_engine_is_pushed_the_lagged_weights(engine, model_dir):
+    model, tokenizer = _policy(model_dir, lora=True)
+    lagged = LaggedPolicy(1)
+    prompt = encode_prompt(tokenizer, "abc")
+    completion = tokenizer.encode("xyz!") + [tokenizer.eos_token_id]
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-2)
+    for steps_done in range(2):
+        (-_trainer_logps(model, prompt, completion).sum()).backward()
+        lagged.before_step(model, steps_done)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        current = _trainer_logps(model, prompt, completion)
+        with lagged.weights(model) as behaviour:  # the weights of one step ago
+            assert engine.sync(behaviour, weights_version(behaviour, lagged))["bytes"] > 0
+            want = _trainer_logps(behaviour, prompt, completion)
+    got = score_completions(engine, prompt, [completion])[0]
+    assert (got - want).abs().max() < 1e-4 and (want - current).abs().max() > 1e-2
+    with lagged.weights(model) as behaviour:  # the next rollout, no step since: the same lagged weights
+        assert engine.sync(behaviour, weights_version(behaviour, lagged)) == {}
+
+
 def test_the_step_s_sync_pushes_once_per_change_and_measures_the_ratio(engine, model_dir):
     model, tokenizer = _policy(model_dir, lora=False)
     sync, lagged = EngineSync(engine), LaggedPolicy(0)
