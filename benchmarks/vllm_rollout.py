@@ -26,8 +26,6 @@ import time
 
 import torch
 
-from benchmarks.harness import load_average
-
 SHAPES = {"preset": (8, 8, 24), "long": (16, 8, 256)}  # prompts, samples per prompt, max new tokens
 
 
@@ -39,6 +37,10 @@ def cpu_model() -> str:
     return next(
         (line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?"
     )
+
+
+def load_average() -> str:
+    return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
 def prompts(n: int, seed: int) -> list[str]:
@@ -113,6 +115,10 @@ def main() -> None:
                 tokens = int(out.completion_lengths.sum())
                 rates[name].append(tokens / wall)
                 seconds[name].append(wall)
+                print(
+                    f"  {shape} repeat {repeat} {name}: {tokens} tokens in {wall:.2f} s ({load_average()})",
+                    flush=True,
+                )
         after = load_average()
         print(
             f"\n{shape}: {n_prompts} prompts x {group} samples, up to {new_tokens} new tokens, {args.repeats} repeats"
