@@ -9,7 +9,7 @@ shape's repeats interleave the two samplers (the order alternating), so a load t
 machine falls on both. The policy is the preset's: LoRA r 16 on every linear layer (the built-in sampler draws
 from the merged copy, the engine is pushed the merged weights, neither timed), chat-templated two-digit
 addition prompts, temperature 0.7, EOS on. Shapes: `preset` (8 prompts x 8 samples, up to 24 new tokens: the
-SmolLM2 preset's rollout) and `long` (16 x 8, up to 256). Tokens/s = completion tokens drawn (EOS included) /
+SmolLM2 preset's rollout and prompt) and `long` (16 x 8, up to 256, a prompt asking for a step-by-step answer). Tokens/s = completion tokens drawn (EOS included) /
 seconds of the call; the medians over the repeats, with the load average before and after each shape: other
 sessions on the machine share its cores, so read the figures with the load beside them.
 """
@@ -43,12 +43,16 @@ def load_average() -> str:
     return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
-def prompts(n: int, seed: int) -> list[str]:
+# The preset's prompt, and one that asks for a long answer, so that the long shape's completions run long.
+PROMPTS = {
+    "preset": "What is {a} + {b}? Reply with just the number.",
+    "long": "Explain, step by step and in detail, how to compute {a} + {b}.",
+}
+
+
+def prompts(shape: str, n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
-    return [
-        f"What is {rng.randint(10, 99)} + {rng.randint(10, 99)}? Reply with just the number."
-        for _ in range(n)
-    ]
+    return [PROMPTS[shape].format(a=rng.randint(10, 99), b=rng.randint(10, 99)) for _ in range(n)]
 
 
 def main() -> None:
@@ -100,10 +104,12 @@ def main() -> None:
     for shape in args.shapes.split(","):
         n_prompts, group, new_tokens = SHAPES[shape]
         options = SamplingOptions(max_new_tokens=new_tokens, group_size=group, temperature=0.7)
-        batch = prompts(n_prompts, seed=0)
-        for fn in methods.values():  # one untimed warm-up call each
-            fn(batch, options, 0)
+        batch = prompts(shape, n_prompts, seed=0)
+        if shape == args.shapes.split(",")[0]:  # one untimed warm-up call each, before the first shape
+            for fn in methods.values():
+                fn(batch, options, 0)
         rates: dict[str, list[float]] = {name: [] for name in methods}
+        lengths: list[float] = []
         seconds: dict[str, list[float]] = {name: [] for name in methods}
         before = load_average()
         for repeat in range(args.repeats):
@@ -113,6 +119,7 @@ def main() -> None:
                 out = methods[name](batch, options, 1 + repeat)
                 wall = time.perf_counter() - t0
                 tokens = int(out.completion_lengths.sum())
+                lengths.append(tokens / out.input_ids.shape[0])
                 rates[name].append(tokens / wall)
                 seconds[name].append(wall)
                 print(
@@ -123,6 +130,7 @@ def main() -> None:
         print(
             f"\n{shape}: {n_prompts} prompts x {group} samples, up to {new_tokens} new tokens, {args.repeats} repeats"
         )
+        print(f"  mean completion length {statistics.mean(lengths):.1f} tokens")
         print(f"  before: {before}; after: {after}")
         for name in methods:
             print(
