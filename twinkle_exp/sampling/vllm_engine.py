@@ -107,6 +107,7 @@ class VllmEngine:
         self.source, self.settings, self.seed = source, settings, seed
         self._llm: Any = None
         self._merged: MergedCopy | None = None
+        self._merged_from: nn.Module | None = None  # the policy `_merged` was built from
         self.version: Any = None  # the weights version last pushed; None: the engine's from `source`
         self.pushes = 0
         self.last_push: dict[str, float] = {}
@@ -137,7 +138,8 @@ class VllmEngine:
     def _plain(self, policy: nn.Module) -> nn.Module:
         """`policy` as a plain transformers model: LoRA adapters merged into a copy (the base shared)."""
         if can_merge(policy):
-            self._merged = self._merged or MergedCopy()
+            if self._merged is None or self._merged_from is not policy:  # a copy is of one policy's layers
+                self._merged, self._merged_from = MergedCopy(), policy
             return self._merged.refresh(policy)
         if hasattr(policy, "get_base_model"):
             raise ValueError(
