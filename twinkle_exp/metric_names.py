@@ -33,6 +33,12 @@ ZERO_ADVANTAGE_ROWS_SKIPPED = "train/zero_advantage_rows_skipped"
 # how far the sampler (KV-cached, maybe another precision or engine) is from the training forward.
 LOGP_MISMATCH_MEAN = "train/logp_mismatch/mean"
 LOGP_MISMATCH_MAX = "train/logp_mismatch/max"
+# rollout.engine=vllm, over every completion token of the rollout (every rank): the importance ratio
+# pi_old / pi_sampler = exp(trainer's recomputed old log-prob - the engine's), its smallest, largest and mean:
+# the distribution a rollout correction (optim.rollout_correction) truncates or masks.
+SAMPLER_RATIO_MIN = "train/sampler_ratio/min"
+SAMPLER_RATIO_MAX = "train/sampler_ratio/max"
+SAMPLER_RATIO_MEAN = "train/sampler_ratio/mean"
 # Top-k / top-p only: the mean over completion tokens of the tempered softmax's mass the filter removed
 # before the draw, which is each token's total variation between the distribution sampled and the one
 # the old log-probs and the loss score (docs/experiment.md, "Top-k and top-p").
@@ -50,6 +56,10 @@ DYNAMIC_EXTRA_DRAWS = "train/dynamic_sampling/extra_draws"
 DYNAMIC_ZERO_VARIANCE_LEFT = "train/dynamic_sampling/zero_variance_left"
 DYNAMIC_CAP_HIT = "train/dynamic_sampling/cap_hit"
 TIME_ROLLOUT = "time/rollout_s"
+# rollout.engine=vllm: the seconds (the slowest rank's) and bytes of the weight pushes into the engine since the
+# last rollout's metrics; 0 when the engine already held the rollout's weights (training/engine_sync.py).
+TIME_ENGINE_PUSH = "time/engine_push_s"
+ENGINE_PUSH_BYTES = "train/engine/push_bytes"
 TIME_GREEDY_BASELINE = "time/greedy_baseline_s"  # drawing and scoring ReMax's greedy completions
 TIME_DYNAMIC_SAMPLING = "time/dynamic_sampling_s"  # the refills' sampling and scoring
 TIME_REFERENCE = "time/reference_s"

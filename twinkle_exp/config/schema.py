@@ -37,6 +37,8 @@ LOSS_EXPERIMENT_DEFAULTS = {"beta": 0.01}
 OLD_LOGPS_MODES = ("auto", "recompute", "sampler")
 MINIBATCH_SPLITS = ("rows", "groups")
 SAMPLER_DTYPES = ("bfloat16", "float16")
+ROLLOUT_ENGINES = ("builtin", "vllm")  # sampling/generate.py, sampling/vllm_engine.py
+ENGINE_DTYPES = ("float32", "bfloat16", "float16")
 WANDB_MODES = ("online", "offline", "disabled", "shared")
 PREVIOUS_RUN_MODES = ("refuse", "move_aside")  # lifecycle/previous_run.py
 MAX_SEED = 2**32 - 1  # numpy's (and so Lightning's seed_everything's) range is 0..2**32 - 1
@@ -91,7 +93,28 @@ class RewardConfig:
 
 
 @dataclass
-class RolloutConfig:
+class VllmConfig:
+    """`rollout.engine=vllm`'s engine (sampling/vllm_engine.py;
+    docs/real-models.md, "vLLM as the rollout engine")."""
+
+    # The engine's weights: float32 matches the trainer's float32 forward to ~1e-5 per token; bfloat16 is the
+    # field's regime, whose log-probs differ by ~1e-2 (train/logp_mismatch/*, optim.rollout_correction).
+    dtype: str = param("float32", one_of(ENGINE_DTYPES))
+    # The KV cache's memory on a CPU (VLLM_CPU_KVCACHE_SPACE, GiB; unset, vLLM takes half the machine's).
+    kv_cache_gib: int = param(1, positive_int)
+    # The share of a GPU's memory the engine may take (weights, activations, KV cache), the trainer the rest.
+    gpu_memory_utilization: float = param(0.3, at_most(1.0, positive))
+    # Positions per sequence the engine reserves (prompt + completion); longer prompts are refused by vLLM.
+    max_model_len: int = param(1024, positive_int)
+    # Share the KV cache of a group's prompt between its samples. Off by default: which cached blocks a
+    # rollout finds depends on earlier rollouts, so a resumed run would schedule (and round) differently.
+    prefix_caching: bool = False
+    # CUDA graphs off: a colocated engine's graphs hold memory and take a minute to capture; CPU runs eager.
+    enforce_eager: bool = True
+
+
+@dataclass
+class RolloutConfig(Related):
     # Per rollout over all data-parallel ranks; each samples its share.
     prompts_per_step: int = param(16, positive_int)
     group_size: int = param(8, int_at_least(2))  # one sample per prompt has no group to compare against
@@ -119,6 +142,20 @@ class RolloutConfig:
     # stale rollouts of an asynchronous trainer, simulated with lagged copies of the trainable weights
     # (training/staleness.py). 0: the policy as it is.
     staleness: int = param(0, int_at_least(0))
+    # Who samples the rollouts: the built-in KV-cached sampler (the oracle), or a colocated vLLM engine
+    # holding a copy of the policy's weights, pushed before a rollout whenever they changed.
+    engine: str = param("builtin", one_of(ROLLOUT_ENGINES))
+    vllm: VllmConfig = field(default_factory=VllmConfig)
+
+    @staticmethod
+    def relations(c: Mapping[str, Any]) -> list[str]:
+        """The engine's own precision is rollout.vllm.dtype: a second, simulated one would not apply."""
+        if c["engine"] == "vllm" and c["sampler_dtype"] is not None:
+            return [
+                f"rollout.sampler_dtype={c['sampler_dtype']} with rollout.engine=vllm: the engine's precision is "
+                f"rollout.vllm.dtype; use rollout.vllm.dtype={c['sampler_dtype']} and rollout.sampler_dtype=null"
+            ]
+        return []
 
 
 @dataclass

@@ -49,9 +49,14 @@ def has_checkpointing(model: nn.Module) -> bool:
     return any(getattr(m, "gradient_checkpointing", False) is True for m in unwrap_peft(model).modules())
 
 
-def recompute_reasons(precision: str, model: nn.Module, sampler_dtype: str | None = None) -> list[str]:
-    """Why the sampler's log-probs can differ from the update's forward here; empty: they agree to ~1e-6."""
+def recompute_reasons(
+    precision: str, model: nn.Module, sampler_dtype: str | None = None, engine: str = "builtin"
+) -> list[str]:
+    """Why the sampler's log-probs can differ from the update's forward here; empty: they agree to ~1e-6.
+    Another engine (`rollout.engine=vllm`) runs other kernels, whatever its dtype: always a reason."""
     reasons = [f"rollout.sampler_dtype={sampler_dtype}"] if sampler_dtype else []
+    if engine != "builtin":
+        reasons.append(f"rollout.engine={engine}")
     if str(precision) not in FULL_PRECISION:
         reasons.append(f"trainer.precision={precision}")
     dtypes = sorted(
@@ -76,6 +81,7 @@ def should_recompute(
     *,
     correction: str = "none",
     sampler_dtype: str | None = None,
+    engine: str = "builtin",
 ) -> bool:
     """`optim.old_logps`: "auto" recomputes when the sampler and the update can differ (`recompute_reasons`),
     and whenever a rollout `correction` is on: its weights compare the recomputed log-probs with the sampler's.
@@ -88,16 +94,24 @@ def should_recompute(
         )
     if mode != "auto":
         return mode == "recompute"
-    return correction != "none" or bool(recompute_reasons(precision, model, sampler_dtype))
+    return correction != "none" or bool(recompute_reasons(precision, model, sampler_dtype, engine))
 
 
 def recompute_for_run(
-    mode: str, precision: str, model: nn.Module, correction: str, sampler_dtype: str | None, dropout: bool
+    mode: str,
+    precision: str,
+    model: nn.Module,
+    correction: str,
+    sampler_dtype: str | None,
+    dropout: bool,
+    engine: str = "builtin",
 ) -> bool:
     """`should_recompute` for a run that starts training, warning of settings whose on-policy ratios are
     not 1 (`dropout`: optim.update_dropout)."""
-    recompute = should_recompute(mode, precision, model, correction=correction, sampler_dtype=sampler_dtype)
-    reasons = recompute_reasons(precision, model, sampler_dtype)
+    recompute = should_recompute(
+        mode, precision, model, correction=correction, sampler_dtype=sampler_dtype, engine=engine
+    )
+    reasons = recompute_reasons(precision, model, sampler_dtype, engine)
     if reasons and mode == "sampler":
         log.warning(
             "optim.old_logps=sampler with %s: the sampler's log-probs differ from the update's, so "

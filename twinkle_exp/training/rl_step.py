@@ -49,6 +49,11 @@ def sample(parts: StepParts, prompts: list[str], generator: torch.Generator) -> 
     the policy of `rollout.staleness` optimizer steps ago (staleness.py; 0: the policy as it is)."""
     parts.policy.eval()
     with gathered(parts.policy), parts.lagged.weights(parts.policy) as behaviour:
+        if parts.engine is not None:  # rollout.engine=vllm: pushed the behaviour's weights when they changed
+            options = sampling_options(parts.rollout)
+            return parts.engine.sample(
+                behaviour, parts.lagged, parts.tokenizer, prompts, options, generator, parts.device
+            )
         return generate(
             parts.sampler_copy(behaviour),
             parts.tokenizer,
@@ -316,6 +321,8 @@ def rollout_summary(parts: StepParts, plan: UpdatePlan, step: int, quote: bool) 
     # What the reward functions counted (math: parse failures), over every rank's completions.
     metrics |= collectives.sum_over_ranks(plan.reward_metrics)
     metrics |= plan.sampling_metrics  # already every rank's
+    if parts.engine is not None:
+        metrics |= parts.engine.metrics(plan.old_logps, rollout)
     if quote:
         texts = rollout.completions
         cut = [c for c, flag in zip(texts, rollout.truncated.tolist(), strict=True) if flag]

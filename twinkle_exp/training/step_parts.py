@@ -22,6 +22,8 @@ from twinkle_exp.policy.reference import Reference
 from twinkle_exp.rewards import RewardSet
 from twinkle_exp.sampling.generate import SamplingOptions
 from twinkle_exp.sampling.sampler_copy import SamplerCopy
+from twinkle_exp.sampling.vllm_engine import EngineSettings, VllmEngine, model_source
+from twinkle_exp.training.engine_sync import EngineSync
 from twinkle_exp.training.micro_loss import LossExtras
 from twinkle_exp.training.old_logps import recompute_for_run
 from twinkle_exp.training.rollout_metrics import TruncationWatch
@@ -44,6 +46,7 @@ class StepParts:
     load_reference: Callable[[], torch.nn.Module] | None = None  # a separate reference model's loader
     reference: Reference | None = None  # the frozen reference, when the loss has beta > 0 (use_loss)
     recompute_old_logps: bool = False  # decided when training starts (`start`)
+    engine: EngineSync | None = None  # rollout.engine=vllm's engine (started on its first rollout)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
     @classmethod
@@ -57,6 +60,8 @@ class StepParts:
             SamplerCopy(rollout.sampler_dtype, rollout.merge_adapters), truncation, LaggedPolicy(rollout.staleness),
             load_reference=policy.load_reference,
         )  # fmt: skip
+        if rollout.engine == "vllm":
+            parts.engine = EngineSync(VllmEngine(model_source(policy.model), EngineSettings.of(rollout.vllm)))
         parts.check_minibatches(ranks=1)
         parts.use_loss(loss_fn, started=False)
         return parts
@@ -96,7 +101,7 @@ class StepParts:
         o = self.optim
         self.recompute_old_logps = recompute_for_run(
             o.old_logps, precision, self.policy, o.rollout_correction.mode, self.rollout.sampler_dtype,
-            o.update_dropout,
+            o.update_dropout, engine=self.rollout.engine,
         )  # fmt: skip
 
 

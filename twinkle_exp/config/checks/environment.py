@@ -1,4 +1,4 @@
-"""What this machine has that the config asks for: a GPU, the policy's model file, a wandb login."""
+"""What this machine has that the config asks for: a GPU, the policy's model file, vLLM, a wandb login."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import netrc
 import os
 from collections.abc import Iterator
 from typing import Any
+
+from twinkle_exp.config.checks.engine import engine_problems
 
 
 def environment_problems(plain: dict[str, Any], policy: str | None) -> Iterator[str]:
@@ -20,6 +22,7 @@ def environment_problems(plain: dict[str, Any], policy: str | None) -> Iterator[
         from twinkle_exp.models.gguf import source_problems
 
         yield from source_problems(plain["policy"])
+    yield from engine_problems(plain, policy)
     logger = plain["logger"]
     if logger["wandb"] and logger["mode"] == "online" and not _wandb_logged_in():
         yield "logger.mode=online: wandb has no login here; run `wandb login`, or WANDB_MODE=offline, or logger=csv"
