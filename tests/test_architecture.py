@@ -139,10 +139,12 @@ def test_no_module_imports_itself_back_through_others():
 
 
 def test_the_report_reads_runs_through_the_run_directory_contract_alone():
-    # run_json: run.json and metrics.csv; samples_file: samples.jsonl (its writer and reader, torch-free)
+    # run_json: run.json and metrics.csv; samples_file: samples.jsonl (its writer and reader, torch-free);
+    # hydra_record: `.hydra/`, checked against run.json's identity of it (torch-free)
     allowed = {
         "twinkle_exp.tracking.run_json",
         "twinkle_exp.tracking.samples_file",
+        "twinkle_exp.tracking.hydra_record",
         "twinkle_exp.metric_names",
     }
     for path in (PACKAGE / "report").rglob("*.py"):
