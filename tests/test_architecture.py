@@ -30,12 +30,11 @@ RANKS = {
     "config": 4,
     "tracking": 5,
     "lifecycle": 6,
-    "report": 6,
+    "summary": 6,
     "training": 7,
+    "report": 7,
     "run": 8,
-    "benchmarks": 8,
     "cli": 9,
-    "diagnose": 9,
     "__main__": 10,
     "__init__": 10,
 }
@@ -94,8 +93,6 @@ def test_every_unit_has_a_rank():
 def test_imports_only_run_down(path):
     unit = _unit(path)
     imported = {m for m in _imports(path) if m != "twinkle_exp"}  # the (empty) package root
-    if unit == "benchmarks":  # `--against` workers also import another checkout's (older) module names
-        imported = {m for m in imported if m.split(".")[1] in RANKS}
     upward = [m for m in imported if m.split(".")[1] != unit and RANKS[m.split(".")[1]] >= RANKS[unit]]
     assert not upward, f"{unit} (rank {RANKS[unit]}) imports {upward}"
 
@@ -139,17 +136,49 @@ def test_no_module_imports_itself_back_through_others():
 
 
 def test_the_report_reads_runs_through_the_run_directory_contract_alone():
-    # run_json: run.json and metrics.csv; samples_file: samples.jsonl (its writer and reader, torch-free);
+    # run_json: run.json; metrics_csv: metrics.csv's reader; samples_file: samples.jsonl (torch-free), and
+    # the run's own end-of-run figures and checks (summary/, torch-free), which the report builds on;
     # hydra_record: `.hydra/`, checked against run.json's identity of it (torch-free)
     allowed = {
         "twinkle_exp.tracking.run_json",
+        "twinkle_exp.tracking.metrics_csv",
         "twinkle_exp.tracking.samples_file",
         "twinkle_exp.tracking.hydra_record",
         "twinkle_exp.metric_names",
     }
     for path in (PACKAGE / "report").rglob("*.py"):
-        outside = {m for m in _imports(path) if not m.startswith("twinkle_exp.report")}
+        outside = {
+            m for m in _imports(path) if not m.startswith(("twinkle_exp.report", "twinkle_exp.summary"))
+        }
         assert outside <= allowed, f"{path.name} imports {outside - allowed}"
+
+
+def _third_party_imports(path: Path) -> set[str]:
+    """The top-level names of every package `path` imports, wherever the import stands."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+TRAINER = [p for p in MODULES if _unit(p) != "report"]
+
+
+@pytest.mark.parametrize("path", TRAINER, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_trainer_imports_neither_the_analysis_nor_its_dependencies(path):
+    """Three homes by audience (docs/architecture.md): a run, a refusal, --help and the end-of-run summary
+    need neither the report nor the [report] extra's scipy and matplotlib."""
+    assert not {m for m in _imports(path) if m.startswith("twinkle_exp.report")}, path
+    assert not _third_party_imports(path) & {"scipy", "matplotlib"}, path
+
+
+def test_developer_tools_live_outside_the_installed_package():
+    """Benchmarks and diagnose commands are the repository's (benchmarks/, diagnose/), never installed."""
+    assert not (PACKAGE / "benchmarks").exists() and not (PACKAGE / "diagnose").exists()
+    assert (PACKAGE.parent / "benchmarks" / "harness.py").is_file()
 
 
 # Inside report/, the same rule: what loads runs knows nothing of what summarizes, diagnoses or renders them.

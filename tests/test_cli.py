@@ -111,11 +111,16 @@ def test_sapo_tau_reaches_config_csv_and_wandb(run_cli, tmp_path):
         pytest.param(["loss=sapo", "loss.tau=abc"], ["tau", "abc"], id="tau-abc-sapo"),
         pytest.param(["loss=grpo", "loss.tau=0.5"], ["tau"], id="tau-on-grpo"),
         pytest.param(["rollout.group_size=abc"], ["group_size", "abc"], id="group-size-abc"),
+        pytest.param(["rollout.no_such_key=1"], ["rollout.no_such_key=1", "RolloutConfig"], id="unknown-key"),
+        pytest.param(["optim.lr"], ["optim.lr", "key=value"], id="unparsable"),
     ],
 )
 def test_bad_override_exits_nonzero_naming_it(overrides, names, run_cli, tmp_path):
     proc = run_cli(*overrides, "debug=fast", timeout=120)
     assert proc.returncode == 2, proc.stdout[-2000:]  # a usage error, like every refused setting
+    # one line, as every refusal: no Hydra banner, no "Set the environment variable HYDRA_FULL_ERROR"
+    assert proc.stderr.splitlines()[0] == "twinkle_exp: 1 problem(s) in the config:", proc.stderr
+    assert len(proc.stderr.splitlines()) == 2, proc.stderr
     for name in names:
         assert name in proc.stderr, f"{name!r} not in stderr:\n{proc.stderr}"
     assert not list(tmp_path.glob("outputs/*/*/run.json"))  # refused at composition, before any job ran

@@ -192,7 +192,7 @@ def test_missing_triton_is_named(monkeypatch):
 
 
 def test_benchmark_refuses_a_backend_the_device_cannot_run(monkeypatch, capsys):
-    from twinkle_exp.benchmarks import logprobs as benchmark
+    from benchmarks import logprobs as benchmark
 
     monkeypatch.setattr(fused_kernels, "INTERPRETED", False)
     with pytest.raises(SystemExit) as exit_info:

@@ -170,7 +170,7 @@ def test_a_zero_gradient_has_no_cosine():
 
 @pytest.mark.slow
 def test_the_command_compares_along_a_tiny_run(tmp_path, capsys):
-    from twinkle_exp.diagnose import gradients
+    from diagnose import gradients
 
     out = tmp_path / "grads.csv"
     overrides = ["debug=fast", "warmup=none", "trainer.max_steps=6", "loss=grpo"]

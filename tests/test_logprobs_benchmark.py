@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from twinkle_exp.benchmarks import logprobs
+from benchmarks import logprobs
 from twinkle_exp.logprobs.chunked_softmax import CHUNK_ELEMENTS, CUDA_CHUNK_ELEMENTS, chunk_elements
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from twinkle_exp.benchmarks import lora_memory
+from benchmarks import lora_memory
 
 TINY = [
     "--hidden=32",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from twinkle_exp.benchmarks.flops import (
+from benchmarks.flops import (
     MatmulParams,
     TokenCounts,
     matmul_params,

@@ -16,9 +16,9 @@ from matplotlib.image import imread
 from scipy import stats
 
 from twinkle_exp.report.__main__ import main
-from twinkle_exp.report.loading.metrics_csv import read_metrics
 from twinkle_exp.report.loading.runs import load_runs
 from twinkle_exp.report.statistics.aggregate import curve, summarize
+from twinkle_exp.tracking.metrics_csv import read_metrics
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 GRPO = "loss=grpo, trainer.max_steps=10"

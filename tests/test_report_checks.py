@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.report.diagnostics.per_run import DIAGNOSTICS, diagnose_run
 from twinkle_exp.report.diagnostics.sweep import diagnose_sweep, identical_variants
 from twinkle_exp.report.loading.runs import Run
+from twinkle_exp.summary.diagnostics.per_run import DIAGNOSTICS, diagnose_run
 
 STEPS = list(range(4, 401, 4))
 DEFAULT_CONFIG = {

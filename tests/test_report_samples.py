@@ -12,10 +12,10 @@ from test_report_checks import DEFAULT_CONFIG, STEPS, default_like, series
 
 from twinkle_exp import metric_names as M
 from twinkle_exp.report.__main__ import main
-from twinkle_exp.report.diagnostics.per_run import diagnose_run
 from twinkle_exp.report.diagnostics.sweep import DiagnosticResult
 from twinkle_exp.report.loading.runs import load_runs
 from twinkle_exp.report.rendering.tables import diagnostic_items
+from twinkle_exp.summary.diagnostics.per_run import diagnose_run
 from twinkle_exp.tracking.samples_file import SAMPLES_JSONL
 
 
@@ -143,7 +143,7 @@ def test_the_end_of_run_summary_quotes_the_runs_cut_off_completions(tmp_path):
 
     from rich.console import Console
 
-    from twinkle_exp.report.run_summary import WARNINGS, print_warnings, summarize_run
+    from twinkle_exp.summary.run_summary import WARNINGS, print_warnings, summarize_run
 
     steps = range(4, 101, 4)
     lines = [f"step,{M.COMPLETION_CLIPPED_RATIO},{M.REWARD_MEAN}"]

@@ -12,7 +12,7 @@ import pytest
 import torch
 from resume_helpers import fit_resumable
 
-from twinkle_exp.diagnose.gradients import Stepping
+from diagnose.gradients import Stepping
 from twinkle_exp.lifecycle import signals
 from twinkle_exp.lifecycle.checkpoints import last_checkpoint
 from twinkle_exp.lifecycle.run_end import RunEnd

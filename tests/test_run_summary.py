@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from rich.console import Console
 
 from twinkle_exp import metric_names as M
-from twinkle_exp.report.run_summary import (
+from twinkle_exp.summary.run_summary import (
     WARNINGS,
     plain_config,
     print_run_summary,

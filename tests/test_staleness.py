@@ -12,8 +12,8 @@ import pytest
 import torch
 from resume_helpers import csv_rows, fit_resumable, signal_at_loss_call, weights
 
+from diagnose.gradients import Stepping
 from twinkle_exp.config.schema import Config
-from twinkle_exp.diagnose.gradients import Stepping
 from twinkle_exp.errors import UserError
 from twinkle_exp.lifecycle import resume
 from twinkle_exp.lifecycle.checkpoints import last_checkpoint

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from twinkle_exp.report.statistics.step_grid import auc_on_grid, grid_span, step_grid
+from twinkle_exp.summary.step_grid import auc_on_grid, grid_span, step_grid
 
 
 def curve(steps):

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from twinkle_exp.benchmarks import step
+from benchmarks import step
 
 
 def _worker(tree: Path) -> subprocess.CompletedProcess:

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("peft")
 
-from twinkle_exp.benchmarks import step_changes  # noqa: E402
+from benchmarks import step_changes  # noqa: E402
 
 
 def test_interleaved_calls_each_variant_in_turn() -> None:

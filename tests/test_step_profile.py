@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from twinkle_exp.benchmarks import step_profile
+from benchmarks import step_profile
 
 
 class _Prof:

@@ -13,6 +13,7 @@ import hydra
 from omegaconf import DictConfig
 
 from twinkle_exp.config.checks import check_config, override_problems
+from twinkle_exp.config.checks.hydra_messages import condense
 from twinkle_exp.config.store import register_configs
 from twinkle_exp.errors import UserError
 from twinkle_exp.lifecycle import run_dir_guard, signals
@@ -21,6 +22,32 @@ from twinkle_exp.parallel.launcher_env import rank_hydra_overrides
 register_configs()
 USAGE_ERROR = 2
 _started = False  # whether Hydra composed the config and called the task function
+
+
+class _HeldStderr:
+    """stderr while Hydra composes the config: what it prints is held, so that a composition error (an
+    unknown key, a value of the wrong type) becomes one line; once the task function runs, the held text
+    goes out as it was and every later write passes straight through (a log handler made meanwhile keeps
+    this object as its stream)."""
+
+    def __init__(self, real):
+        self.real, self.held = real, []
+
+    def write(self, text: str) -> int:
+        if self.held is None:
+            return self.real.write(text)
+        self.held.append(text)
+        return len(text)
+
+    def release(self) -> str:
+        text, self.held = "".join(self.held or []), None
+        return text
+
+    def __getattr__(self, name: str):  # flush, fileno, isatty, encoding: the real stream's
+        return getattr(self.real, name)
+
+
+_stderr: _HeldStderr | None = None
 
 
 def _refuse(problems: list[str]) -> None:
@@ -34,6 +61,7 @@ def _refuse(problems: list[str]) -> None:
 def _main(cfg: DictConfig) -> float:
     global _started
     _started = True
+    sys.stderr.write(_release_stderr())  # what Hydra printed while composing, as it was
     from hydra.core.hydra_config import HydraConfig
 
     try:
@@ -67,21 +95,38 @@ def _main(cfg: DictConfig) -> float:
         signals.restore()  # whatever happened: the next job of a sweep, or the shell, gets them back
 
 
+def _release_stderr() -> str:
+    """Give stderr back; returns the text held meanwhile (empty when nothing was held)."""
+    global _stderr
+    if _stderr is None:
+        return ""
+    sys.stderr, held, _stderr = _stderr.real, _stderr.release(), None
+    return held
+
+
 def main() -> None:
+    global _stderr
     sys.argv += rank_hydra_overrides()  # torchrun/srun ranks > 0 share rank 0's directory quietly
     problems = override_problems(sys.argv[1:])
     if problems:
         _refuse(problems)
+    if os.environ.get("HYDRA_FULL_ERROR") != "1":
+        _stderr = sys.stderr = _HeldStderr(sys.stderr)
     try:
         _main()
     except SystemExit as exc:
-        # Hydra exits 1 for a config it could not compose (a wrong type, an unknown key): a usage error too.
+        held = _release_stderr() if not _started else ""
+        # Hydra exits 1 for a config it could not compose (a wrong type, an unknown key): a usage error too,
+        # in one line like every other refusal.
         if exc.code == 1 and not _started:
-            sys.exit(USAGE_ERROR)
+            _refuse([condense(held)])
+        sys.stderr.write(held)
         raise
     except KeyboardInterrupt:
         print("twinkle_exp: interrupted", file=sys.stderr)
         sys.exit(130)
+    finally:
+        sys.stderr.write(_release_stderr())
 
 
 if __name__ == "__main__":

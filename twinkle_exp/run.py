@@ -25,7 +25,7 @@ from twinkle_exp.lifecycle.run_end import RunEnd
 from twinkle_exp.lifecycle.session import RunSession
 from twinkle_exp.parallel.ranks import SameOutputDir, check_data_parallel, check_launch
 from twinkle_exp.parallel.strategy import lightning_strategy
-from twinkle_exp.report.run_summary import print_run_summary, summarize_run
+from twinkle_exp.summary.run_summary import print_run_summary, summarize_run
 from twinkle_exp.tasks.prompt_stream import PromptStream, prompts_per_rank
 from twinkle_exp.tracking import provenance
 from twinkle_exp.tracking.hydra_record import record_of_job

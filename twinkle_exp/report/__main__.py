@@ -8,11 +8,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from twinkle_exp.summary.series import DEFAULT_THRESHOLD
+
 from .loading.grouping import GroupByError, parse_group_by
 from .pipeline import Refusal, group, load, plot, render, summarize
 from .rendering.tables import problem_items
 from .rendering.terminal import print_terminal
-from .statistics.aggregate import DEFAULT_THRESHOLD
 from .statistics.equivalence import check_margin
 
 EXIT_NO_RUNS = 2  # also: a usage error (argparse's own code), and runs of mixed provenance

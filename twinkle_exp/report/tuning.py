@@ -39,13 +39,13 @@ from typing import Any
 import yaml
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.summary.series import accuracy_auc, last_quarter_mean, last_value
+from twinkle_exp.tracking.metrics_csv import Series
 from twinkle_exp.tracking.run_json import RUN_JSON, override_key
 
-from .loading.metrics_csv import Series
 from .loading.run_files import OVERRIDES_FILE, read_overrides, read_run_json, seed_of
 from .loading.runs import Run, find_job_dirs, load_run
 from .rendering.plots_sensitivity import plot_sensitivity
-from .statistics.series import accuracy_auc, last_quarter_mean, last_value
 from .statistics.tuning_rule import RULES, PointScore, score_points, select
 
 SCORES: dict[str, Callable[[Series], float]] = {

@@ -14,10 +14,10 @@ from itertools import combinations
 import numpy as np
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.summary.diagnostics.diagnosis import Diagnosis
+from twinkle_exp.summary.diagnostics.per_run import DIAGNOSTICS, diagnose_run
 
 from ..loading.runs import Run
-from .diagnosis import Diagnosis
-from .per_run import DIAGNOSTICS, diagnose_run
 
 # What the policy did, not how the loss scored it: train/loss and train/grad_norm differ by the normaliser
 # even when the updates are the same.

@@ -16,10 +16,10 @@ from itertools import combinations
 import numpy as np
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.summary.diagnostics.diagnosis import Diagnosis
+from twinkle_exp.summary.series import last_value
 
 from ..loading.runs import Run
-from ..statistics.series import last_value
-from .diagnosis import Diagnosis
 from .sweep import DiagnosticResult
 
 CEILING_SPREAD = 0.03  # final accuracies within 3 points of each other

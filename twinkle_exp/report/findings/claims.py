@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.summary.series import first_quarter, last_quarter, last_value, values
+from twinkle_exp.tracking.metrics_csv import Series
 
-from ..loading.metrics_csv import Series
 from ..loading.runs import Run
-from ..statistics.series import first_quarter, last_quarter, last_value, values
 
 
 def quarter_change(series: Series) -> float:

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from twinkle_exp.summary.step_grid import grid_span
+
 from ..loading.runs import Run
 from ..statistics.aggregate import grid_score
 from ..statistics.comparisons import is_paired
-from ..statistics.step_grid import grid_span
 from ..statistics.threshold import common_horizon, restricted_steps
 from ..statistics.verdicts import (
     CONTRADICTED,

@@ -11,9 +11,8 @@ from pathlib import Path
 import yaml
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.tracking.metrics_csv import Series
 from twinkle_exp.tracking.run_json import METRICS_CSV, RUN_JSON, override_key, read_run_json_checked
-
-from .metrics_csv import Series
 
 OVERRIDES_FILE = os.path.join(".hydra", "overrides.yaml")
 CONFIG_FILE = os.path.join(".hydra", "config.yaml")  # the job's resolved config

@@ -17,10 +17,10 @@ from typing import Any
 
 from twinkle_exp import metric_names as M
 from twinkle_exp.tracking.hydra_record import record_differences
+from twinkle_exp.tracking.metrics_csv import Series, read_metrics
 from twinkle_exp.tracking.run_json import IDENTITY, METRICS_CSV, MOVED_ASIDE, RUN_JSON
 from twinkle_exp.tracking.samples_file import SAMPLES_JSONL, read_samples
 
-from .metrics_csv import Series, read_metrics
 from .run_files import (
     CONFIG_FILE,
     HYDRA_FILE,

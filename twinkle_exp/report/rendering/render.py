@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from twinkle_exp.summary.step_grid import GridSpan
+
 from ..diagnostics.sweep import DiagnosticResult
 from ..loading.provenance import HEADERS as PROVENANCE_HEADERS
 from ..loading.provenance import ProvenanceCheck
 from ..loading.runs import Run
 from ..statistics.aggregate import Score, VariantStats
 from ..statistics.comparisons import Comparisons, points
-from ..statistics.step_grid import GridSpan
 from .headline import headline, verdict_sentences
 from .samples import SAMPLE_HEADERS, sample_note, sample_rows
 from .tables import (

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from twinkle_exp.summary.diagnostics.quotes import shown
 from twinkle_exp.tracking.samples_file import SAMPLES_JSONL
 
-from ..diagnostics.quotes import shown
 from ..statistics.aggregate import VariantStats
 
 SAMPLE_HEADERS = [

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from twinkle_exp.summary.diagnostics.diagnosis import Diagnosis
+from twinkle_exp.summary.diagnostics.quotes import QUOTED_FLAG
 from twinkle_exp.tracking.samples_file import SAMPLES_JSONL
 
-from ..diagnostics.diagnosis import Diagnosis
-from ..diagnostics.quotes import QUOTED_FLAG
 from ..diagnostics.sweep import RTOL, DiagnosticResult
 from ..loading.runs import Run
 from ..statistics.aggregate import Score, VariantStats

@@ -30,16 +30,14 @@ import numpy as np
 from scipy import special, stats
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.summary.series import last_quarter_mean, last_value
+from twinkle_exp.summary.step_grid import GridSpan, auc_on_grid, grid_span, step_grid
 
 from ..loading.grouping import group_by_variant
 from ..loading.runs import Run, Series
 from .censoring import TimeToThreshold
 from .intervals import CONFIDENCE, Interval, mean_interval
-from .series import last_quarter_mean, last_value
-from .step_grid import GridSpan, auc_on_grid, grid_span, step_grid
 from .threshold import common_horizon, steps_to_threshold
-
-DEFAULT_THRESHOLD = 0.5  # the validation accuracy of steps-to-threshold: the report's and the run's summary
 
 
 @dataclass

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.summary.series import accuracy_auc
 
 from ..loading.runs import Run
 from .intervals import Interval, mean_interval
-from .series import accuracy_auc
 from .sigmoid_fit import (
     SigmoidFit,
     extrapolation_check,

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..loading.metrics_csv import Series
+from twinkle_exp.tracking.metrics_csv import Series
+
 from .censoring import TimeToThreshold, first_reach, restricted_times, time_to_threshold
 
 

@@ -14,11 +14,11 @@ from collections.abc import Callable
 import numpy as np
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.summary.series import accuracy_auc, last_value
+from twinkle_exp.tracking.metrics_csv import Series
 from twinkle_exp.tracking.run_json import override_key
 
-from ..loading.metrics_csv import Series
 from ..loading.runs import Run
-from .series import accuracy_auc, last_value
 from .variance_split import VarianceSplit, variance_split
 
 WARMUP_SEED = "warmup.seed"

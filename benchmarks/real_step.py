@@ -1,6 +1,6 @@
 """The real model's RL step at this machine's limit: SmolLM2-135M-Instruct in the `smollm2_addition` preset.
 
-    python -m twinkle_exp.benchmarks.real_step [--rollouts 4] [--repeats 3] [--full] [--threads N]
+    python -m benchmarks.real_step [--rollouts 4] [--repeats 3] [--full] [--threads N]
                                                [--sampler-iters 3] [--profile] [--override KEY=VALUE ...]
 
 Each repeat is its own process (`harness.measure_in_child`): the preset's config (`+experiment=
@@ -35,9 +35,9 @@ import statistics
 
 import torch
 
+from benchmarks.harness import load_average, measure_in_child, print_child_result
+from benchmarks.real_step_child import STAGES, run_child
 from twinkle_exp import metric_names as M
-from twinkle_exp.benchmarks.harness import load_average, measure_in_child, print_child_result
-from twinkle_exp.benchmarks.real_step_child import STAGES, run_child
 
 
 def _g(flops: float) -> str:
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     env = {"OMP_NUM_THREADS": str(args.threads)}
     runs = []
     for repeat in range(args.repeats):
-        m = measure_in_child("twinkle_exp.benchmarks.real_step", spec, env=env)
+        m = measure_in_child("benchmarks.real_step", spec, env=env)
         runs.append(m)
         res = m.result
         for i, r in enumerate(res["rollouts"]):

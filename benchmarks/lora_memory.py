@@ -1,7 +1,7 @@
 """Peak memory of RL updates with LoRA (reference = the adapter-disabled policy) against full fine-tuning
 (reference = a frozen copy), on a small random Qwen2 built from a config.
 
-    python -m twinkle_exp.benchmarks.lora_memory --repeats 3
+    python -m benchmarks.lora_memory --repeats 3
 
 Each case runs in its own subprocess (model, reference, optimizer, a few GRPO steps with a KL penalty) and
 reports its peak resident memory (the kernel's high-water mark) above what the process held after its
@@ -18,6 +18,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from benchmarks.harness import REPO_ROOT
 
 CASES = {  # name -> (LoRA, gradient checkpointing)
     "full": (False, False),
@@ -118,8 +120,8 @@ def measure(case: str, args: argparse.Namespace) -> dict:
 
 
 def _child(case: str, argv: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "twinkle_exp.benchmarks.lora_memory", *argv, "--child", case]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "benchmarks.lora_memory", *argv, "--child", case]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT)
     if proc.returncode != 0:
         raise RuntimeError(f"case {case} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

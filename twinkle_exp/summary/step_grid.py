@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.integrate import trapezoid
 
 
 @dataclass(frozen=True)
@@ -65,4 +64,4 @@ def auc_on_grid(steps, values, grid) -> float:
             f"the grid [{grid[0]:g}, {grid[-1]:g}] leaves the curve's steps [{steps[0]:g}, {steps[-1]:g}]: "
             "nothing is known there to interpolate"
         )
-    return float(trapezoid(np.interp(grid, steps, values), grid) / (grid[-1] - grid[0]))
+    return float(np.trapezoid(np.interp(grid, steps, values), grid) / (grid[-1] - grid[0]))

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..loading.metrics_csv import Series
+from twinkle_exp.tracking.metrics_csv import Series
+
 from .step_grid import auc_on_grid, step_grid
+
+DEFAULT_THRESHOLD = 0.5  # the validation accuracy of steps-to-threshold: the report's and the run's summary
 
 
 def values(series: Series) -> np.ndarray:

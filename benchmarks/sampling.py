@@ -1,7 +1,7 @@
 """Sampling throughput on a tiny random Qwen2: our sampler with and without the shared prefill, and HF generate.
 
-    python -m twinkle_exp.benchmarks.sampling               # 16 prompts x 8 samples, 32 new tokens
-    python -m twinkle_exp.benchmarks.sampling --vocab-size 151936 --methods cascade   # Qwen's vocabulary
+    python -m benchmarks.sampling               # 16 prompts x 8 samples, 32 new tokens
+    python -m benchmarks.sampling --vocab-size 151936 --methods cascade   # Qwen's vocabulary
 
 The model is built from a config (hidden 128, 4 layers, the character vocabulary), never downloaded.
 Four methods, same model, same prompts, same settings (temperature 1, no top-k, no top-p):
@@ -28,7 +28,7 @@ import time
 
 import torch
 
-from twinkle_exp.benchmarks.harness import load_average, measure_in_child, median, print_child_result
+from benchmarks.harness import load_average, measure_in_child, median, print_child_result
 from twinkle_exp.models import CharTokenizer, encode_prompt
 from twinkle_exp.sampling.generate import Decoding, SamplingOptions, generate, left_pad
 
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     for repeat in range(args.repeats):
         for method in args.methods:
             spec = {k: v for k, v in vars(args).items() if k not in ("methods", "repeats", "child")}
-            m = measure_in_child("twinkle_exp.benchmarks.sampling", dict(spec, method=method))
+            m = measure_in_child("benchmarks.sampling", dict(spec, method=method))
             runs[method].append(m)
             print(
                 f"  repeat {repeat} {method:<12} {m.result['tokens_per_s']:9.0f} tokens/s "

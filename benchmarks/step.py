@@ -1,6 +1,6 @@
 """Seconds per rollout of the RL step, split as the trainer logs it: rollout, reference pass, update.
 
-    python -m twinkle_exp.benchmarks.step [--rollouts 12] [--repeats 3] [--against PATH]
+    python -m benchmarks.step [--rollouts 12] [--repeats 3] [--against PATH]
         [--variants default,fused_adamw,compile]
 
 The setting: 2-digit addition prompts, 8 prompts x 8 samples, 4 new tokens, beta 0.04, mu 2, one minibatch,
@@ -52,9 +52,10 @@ def _layout():
         from twinkle_exp.tasks.prompt_stream import PromptStream
         from twinkle_exp.training.module import PolicyModule
     except ImportError:
-        from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
         from twinkle_exp.data import PromptStream
         from twinkle_exp.module import PolicyModule
+
+        from twinkle_exp.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
         from twinkle_exp.policy import Policy, tiny_policy
     return argparse.Namespace(
         AdvantageConfig=AdvantageConfig,

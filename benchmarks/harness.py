@@ -17,9 +17,12 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 # Average number of cores used by other processes above which a measurement is marked busy.
 BUSY_CORES = 0.25
+# The repository's root: children run `python -m benchmarks.<name>` from there, whatever the caller's directory.
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_average() -> str:
@@ -64,6 +67,7 @@ def measure_in_child(module: str, spec: dict, env: dict | None = None) -> Measur
         capture_output=True,
         text=True,
         env=None if env is None else {**os.environ, **env},
+        cwd=REPO_ROOT,
     )
     wall = time.perf_counter() - t0
     busy1, mine1 = _busy_cpu_seconds(), _children_cpu_seconds()

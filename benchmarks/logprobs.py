@@ -1,7 +1,7 @@
 """Peak memory and time of per-token log-probs, forward + backward, at a real model's head geometry.
 
-    python -m twinkle_exp.benchmarks.logprobs            # Qwen2.5-0.5B's head: 4096 tokens, 896 -> 151,936
-    python -m twinkle_exp.benchmarks.logprobs --device cuda --backend triton   # the fused tile kernels
+    python -m benchmarks.logprobs            # Qwen2.5-0.5B's head: 4096 tokens, 896 -> 151,936
+    python -m benchmarks.logprobs --device cuda --backend triton   # the fused tile kernels
 
 Three methods, from the final hidden states `[N, H]` and the head `[V, H]`:
 - `hidden`: `hidden_log_probs`, tiles of logits, never the full `[N, V]`; `--backend` picks who does each
@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from twinkle_exp.benchmarks.harness import (
+from benchmarks.harness import (
     PeakMemory,
     load_average,
     measure_in_child,
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
             for method in args.methods:
                 spec = dict(vars(args), dtype=dtype, method=method)
                 del spec["dtypes"], spec["methods"], spec["repeats"], spec["child"]
-                m = measure_in_child("twinkle_exp.benchmarks.logprobs", spec)
+                m = measure_in_child("benchmarks.logprobs", spec)
                 runs.setdefault((dtype, method), []).append(m)
                 print(
                     f"  repeat {repeat} {dtype:<9} {method:<10} {m.result['extra_peak_mib']:8.0f} MiB "

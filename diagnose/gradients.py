@@ -1,6 +1,6 @@
-"""How different two losses' updates are along a run: `python -m twinkle_exp.diagnose.gradients`.
+"""How different two losses' updates are along a run: `python -m diagnose.gradients`.
 
-    python -m twinkle_exp.diagnose.gradients --against "loss=cispo" [--out grads.csv] [OVERRIDE ...]
+    python -m diagnose.gradients --against "loss=cispo" [--out grads.csv] [OVERRIDE ...]
 
 The run is the one `python -m twinkle_exp OVERRIDE ...` would train (warm-start from its cache included),
 trained by hand with its own loss (loss a) for `trainer.max_steps` optimizer steps on the CPU; `--against`
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rows = compare_along_run(args.overrides, shlex.split(args.against))
     except UserError as exc:
-        print(f"twinkle_exp.diagnose.gradients: {exc}", file=sys.stderr)
+        print(f"diagnose.gradients: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     if args.out is not None:
         with open(args.out, "w", newline="") as f:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.tracking.metrics_csv import Series
 
-from ..loading.metrics_csv import Series
-from ..statistics.series import first_quarter, last_quarter, values
+from ..series import first_quarter, last_quarter, values
 from .diagnosis import Diagnosis, config_at, last_quarter_start, step_ranges
 
 ZERO_STD_LEVEL, ZERO_STD_FRACTION = 0.9, 0.5  # default run: at most 0.81 at any step

@@ -19,10 +19,10 @@ on the preset's shapes, so that the machine's drift falls on both alike. Cases:
 
 `--model smollm2` (the default) or `tiny` (tests) for `gqa`, `rollout` and `greedy`.
 
-    OMP_NUM_THREADS=2 python -m twinkle_exp.benchmarks.step_changes --threads 2 --cases lora,gqa
-    OMP_NUM_THREADS=1 python -m twinkle_exp.benchmarks.step_changes --threads 1 --cases rollout --sampler-iters 5
+    OMP_NUM_THREADS=2 python -m benchmarks.step_changes --threads 2 --cases lora,gqa
+    OMP_NUM_THREADS=1 python -m benchmarks.step_changes --threads 1 --cases rollout --sampler-iters 5
     # a greedy call takes ~25 s on one core (two thirds of it the prefill): one pair a run
-    OMP_NUM_THREADS=1 python -m twinkle_exp.benchmarks.step_changes --threads 1 --cases greedy \
+    OMP_NUM_THREADS=1 python -m benchmarks.step_changes --threads 1 --cases greedy \
         --sampler-iters 1 --sampler-warmup 0
 
 Prints the median, first and third quartile of each variant's seconds per call, and the load average
@@ -41,7 +41,7 @@ from collections.abc import Callable
 
 import torch
 
-from twinkle_exp.benchmarks.harness import load_average
+from benchmarks.harness import load_average
 
 CASES = ("lora", "gqa", "rollout", "greedy")
 # conf/experiment/smollm2_addition.yaml's rollout and validation

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.tracking.metrics_csv import Series
 
-from ..loading.metrics_csv import Series
-from ..statistics.series import last_quarter, values
+from ..series import last_quarter, values
 from .diagnosis import Diagnosis, config_at, last_quarter_start, metric_values
 
 GRAD_CLIP_FRACTION = 0.9  # default run: 54-64% of logged steps above optim.max_grad_norm = 1

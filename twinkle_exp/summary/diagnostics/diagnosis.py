@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..loading.metrics_csv import Series
-from ..statistics.series import last_quarter
+from twinkle_exp.tracking.metrics_csv import Series
+
+from ..series import last_quarter
 
 
 @dataclass(frozen=True)

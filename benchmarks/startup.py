@@ -1,6 +1,6 @@
 """Seconds from the command to the one-line refusal of a bad setting.
 
-    python -m twinkle_exp.benchmarks.startup [--repeats 5] [--against PYTHON] [-- OVERRIDES...]
+    python -m benchmarks.startup [--repeats 5] [--against PYTHON] [-- OVERRIDES...]
 
 Runs `python -m twinkle_exp optim.lr=-1` (or the overrides given after `--`) in an empty directory, each
 repeat its own process, and prints the median wall time and the machine's load average before and after.
@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from twinkle_exp.benchmarks.harness import load_average, median
+from benchmarks.harness import load_average, median
 
 DEFAULT_OVERRIDES = ["optim.lr=-1"]
 USAGE_ERROR = 2

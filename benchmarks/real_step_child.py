@@ -11,8 +11,7 @@ from pathlib import Path
 
 import torch
 
-from twinkle_exp import metric_names as M
-from twinkle_exp.benchmarks.flops import (
+from benchmarks.flops import (
     Products,
     TokenCounts,
     matmul_params,
@@ -20,6 +19,7 @@ from twinkle_exp.benchmarks.flops import (
     profiled_products,
     update_flops,
 )
+from twinkle_exp import metric_names as M
 
 STAGES = (M.TIME_ROLLOUT, M.TIME_REFERENCE, M.TIME_UPDATE)
 WARMUP_ROLLOUTS = 1
@@ -105,7 +105,7 @@ class _Counter:
 def _fit(module, typed, out: str, profile: bool):  # -> the profile's (operators, operators by shape) or None
     from torch.utils.data import DataLoader
 
-    from twinkle_exp.benchmarks.step import bare_trainer
+    from benchmarks.step import bare_trainer
     from twinkle_exp.tasks.prompt_stream import PromptStream
 
     trainer = bare_trainer(typed.trainer.max_steps, out)

@@ -1,6 +1,6 @@
 """Where a rollout of the step benchmark goes: the time inside torch's operators against the wall time.
 
-    python -m twinkle_exp.benchmarks.step_profile [--case tiny|hf] [--variant default|fused_adamw|compile]
+    python -m benchmarks.step_profile [--case tiny|hf] [--variant default|fused_adamw|compile]
         [--rollouts 22] [--top 15]
 
 One fit of `benchmarks.step`'s setting in this process: after the two warm-up rollouts (as in the
@@ -21,7 +21,7 @@ import tempfile
 import time
 from collections import defaultdict
 
-from twinkle_exp.benchmarks import step
+from benchmarks import step
 
 
 def _callback(plain: int, profiled: int, report):

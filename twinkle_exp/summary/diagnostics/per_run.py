@@ -11,7 +11,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..loading.metrics_csv import Series
+from twinkle_exp.tracking.metrics_csv import Series
+
 from .diagnosis import Diagnosis
 from .quotes import quotes_for
 from .signal import entropy_collapse, repeated_prompt_reward_rise, truncated_reward_rise, zero_std_groups

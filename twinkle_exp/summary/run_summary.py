@@ -20,12 +20,11 @@ from rich.console import Console
 from rich.table import Table
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.tracking.metrics_csv import Series, read_metrics
 from twinkle_exp.tracking.samples_file import SAMPLES_JSONL, read_samples
 
 from .diagnostics.per_run import DIAGNOSTICS, diagnose_run
-from .loading.metrics_csv import Series, read_metrics
-from .statistics.aggregate import DEFAULT_THRESHOLD
-from .statistics.series import accuracy_auc, first_step_reaching
+from .series import DEFAULT_THRESHOLD, accuracy_auc, first_step_reaching
 
 WARNINGS = "warnings"  # run.json only: the diagnostics that fired, with evidence and advice
 
