@@ -28,7 +28,8 @@ def cli_env(twinkle_cache, tmp_path_factory) -> dict[str, str]:
     """Environment of a `python -m twinkle_exp` subprocess: wandb offline and silent, caches under tmp."""
     wandb_home = tmp_path_factory.mktemp("wandb_home")
     env = dict(os.environ)
-    env.pop("HYDRA_FULL_ERROR", None)
+    for var in ("HYDRA_FULL_ERROR", "TWINKLE_EXP_PLUGINS", "TWINKLE_EXP_LOSSES"):  # the tests set their own
+        env.pop(var, None)
     env.update(
         WANDB_MODE="offline",
         WANDB_SILENT="true",

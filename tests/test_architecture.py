@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "twinkle_exp"
 # A unit may import only units of a lower rank; units of the same rank know nothing of each other.
 RANKS = {
     "errors": 0,
+    "plugins": 0,
     "logprobs": 0,
     "loss": 1,
     "models": 1,
@@ -223,10 +224,15 @@ def test_the_report_imports_neither_torch_nor_lightning():
 
 
 def test_the_loss_library_imports_nothing_else_of_twinkle_exp_but_the_log_prob_kernels():
+    # and the plug-in loader every registry shares (standard library only)
     for path in (PACKAGE / "loss").rglob("*.py"):
-        assert all(m.startswith(("twinkle_exp.loss", "twinkle_exp.logprobs")) for m in _imports(path)), (
-            path.name
-        )
+        allowed = ("twinkle_exp.loss", "twinkle_exp.logprobs", "twinkle_exp.plugins")
+        assert all(m.startswith(allowed) for m in _imports(path)), path.name
+
+
+def test_the_plug_in_loader_imports_nothing_but_the_standard_library():
+    names = _third_party_imports(PACKAGE / "plugins.py")
+    assert names <= {"__future__", "importlib", "os", "pkgutil"}, names
 
 
 def test_the_checker_sees_every_kind_of_import():

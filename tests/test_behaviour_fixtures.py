@@ -11,7 +11,7 @@ saying so, elsewhere; a fixture added later on another machine kind carries its 
 from __future__ import annotations
 
 import pytest
-from behaviour_fixtures import FIXTURES, LOSSES, fixture_rows, machine_mismatch, run_rows
+from behaviour_fixtures import FIXTURES, LOSSES, fast_overrides, fixture_rows, machine_mismatch, run_rows
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ def test_every_registered_loss_has_a_fixture():
 @pytest.mark.parametrize("loss", LOSSES)
 def test_debug_fast_metrics_are_unchanged(loss, tmp_path, cli_env):
     skip_unless_recorded_here(f"fast_{loss}.csv")
-    assert run_rows(["debug=fast", f"loss={loss}"], tmp_path, cli_env) == fixture_rows(f"fast_{loss}.csv")
+    assert run_rows(fast_overrides(loss), tmp_path, cli_env) == fixture_rows(f"fast_{loss}.csv")
 
 
 def test_default_run_metrics_are_unchanged(tmp_path, cli_env):

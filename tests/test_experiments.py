@@ -31,6 +31,16 @@ EXPECTED = {
         "values": {"advantage.scale": "none"},
         "cites": ["Liu", "Understanding R1-Zero-Like Training: A Critical Perspective", "2025"],
     },
+    "gvpo_paper": {
+        "target": "twinkle_exp.loss.GVPOLoss",
+        "values": {
+            "advantage.scale": "none",
+            "loss.gvpo_beta": 0.1,
+            "loss.beta": 0.0,
+            "optim.minibatch_split": "groups",
+        },
+        "cites": ["Zhang", "GVPO: Group Variance Policy Optimization", "2025", "2504.19599"],
+    },
     "dapo_clip_higher": {
         "target": "twinkle_exp.loss.BNPOLoss",
         "values": {"loss.clip_range": 0.2, "loss.clip_range_high": 0.28, "loss.beta": 0.0},

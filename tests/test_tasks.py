@@ -8,12 +8,11 @@ from twinkle_exp.tasks import (
     AdditionTask,
     Example,
     GSM8KTask,
-    HFDatasetTask,
     JsonlTask,
     ReverseTask,
-    ScratchpadTask,
     SortDigitsTask,
     Task,
+    tasks,
 )
 
 
@@ -30,19 +29,36 @@ def _recompute(prompt: str) -> str:
 PROCEDURAL = [AdditionTask, ReverseTask, SortDigitsTask]
 
 
-def test_registry_names_and_types():
-    assert {
-        "addition": AdditionTask,
-        "reverse": ReverseTask,
-        "sort_digits": SortDigitsTask,
-        "jsonl": JsonlTask,
-        "hf_dataset": HFDatasetTask,
-        "gsm8k": GSM8KTask,
-        "scratchpad": ScratchpadTask,
-    } == TASKS
+def test_every_task_class_of_the_package_is_registered_by_its_own_name():
+    """A task is one file: the package scan finds it (no list to edit), under its class's `name`."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import twinkle_exp.tasks as package
+
+    defined = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"twinkle_exp.tasks.{info.name}")
+        for cls in vars(module).values():
+            if inspect.isclass(cls) and issubclass(cls, Task) and "name" in cls.__dict__:
+                defined[cls.name] = cls
+    assert tasks() == TASKS == defined
+    assert {"addition", "reverse", "sort_digits", "jsonl", "hf_dataset", "gsm8k", "scratchpad"} <= set(TASKS)
+    assert TASKS["reverse"] is ReverseTask and TASKS["gsm8k"] is GSM8KTask
     for name, cls in TASKS.items():
         assert issubclass(cls, Task)
         assert cls.name == name
+
+
+def test_a_second_task_under_a_taken_name_is_refused():
+    from twinkle_exp.tasks.registry import register_task
+
+    class Impostor(ReverseTask):
+        name = "reverse"
+
+    with pytest.raises(ValueError, match="a task named 'reverse' is already registered"):
+        register_task(Impostor)
 
 
 @pytest.mark.parametrize("cls", PROCEDURAL)

@@ -98,4 +98,4 @@ def test_an_unimportable_loss_module_is_named(tmp_path, cli_env):
         [sys.executable, "-m", "twinkle_exp", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert proc.returncode != 0
-    assert "TWINKLE_EXP_LOSSES: cannot import loss module 'no_such_losses_module'" in proc.stderr
+    assert "TWINKLE_EXP_LOSSES: cannot import plug-in module 'no_such_losses_module'" in proc.stderr

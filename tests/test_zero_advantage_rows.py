@@ -25,6 +25,7 @@ NOT_LINEAR = {
     "kl_cov": "covariance selection per call",
     "m2po": "second-moment mask per call",
     "kimi": "a squared log-ratio penalty outside the advantage",
+    "gvpo": "a squared residual: a row of advantage 0 still pulls its log-ratio to its group's",
 }
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from twinkle_exp.loss.advantages import ESTIMATORS, SCALES
+from twinkle_exp.loss.advantages import SCALES, estimators
 from twinkle_exp.loss.params import (
     at_most,
     finite,
@@ -125,7 +125,7 @@ class RolloutConfig:
 class AdvantageConfig(Related):
     # Which estimator turns rewards into advantages (loss/advantages/: one file each). `advantage=group`,
     # `batch` and `unscaled` are group_relative at its three scales; the other options name an estimator.
-    estimator: str = param("group_relative", one_of(tuple(ESTIMATORS)))
+    estimator: str = param("group_relative", one_of(lambda: tuple(estimators())))
     scale: str = param(
         "group", one_of(SCALES)
     )  # group | batch | none: group_relative's (passk: group | none)
@@ -138,7 +138,7 @@ class AdvantageConfig(Related):
     @staticmethod
     def relations(c: Mapping[str, Any]) -> list[str]:
         """An estimator takes only the scales it defines (the others compare rewards without dividing)."""
-        scales = ESTIMATORS[c["estimator"]].scales
+        scales = estimators()[c["estimator"]].scales
         if c["scale"] not in scales:
             return [
                 f"advantage.scale={c['scale']}: advantage.estimator={c['estimator']} takes "
@@ -224,6 +224,24 @@ class OptimConfig(Related):
         return []
 
 
+def whole_groups_problem(loss: Any, optim: Mapping[str, Any], group_size: int) -> str | None:
+    """A loss that compares each sequence with its group (GVPO) needs every call to hold whole groups:
+    minibatches of whole groups, micro-batches a multiple of the group size, groups of two or more."""
+    if not getattr(type(loss), "whole_groups", False):
+        return None
+    name, micro = type(loss).name, optim.get("micro_batch_size")
+    if group_size < 2:
+        return f"loss={name} compares each sample with its group: rollout.group_size must be >= 2, got {group_size}"
+    if optim.get("minibatch_split", "rows") != "groups":
+        return f"loss={name} compares each sample with its group: set optim.minibatch_split=groups"
+    if micro is not None and micro % group_size:
+        return (
+            f"loss={name} compares each sample with its group: optim.micro_batch_size={micro} must be a "
+            f"multiple of rollout.group_size={group_size} (or null)"
+        )
+    return None
+
+
 def skip_zero_advantage_problem(skip: bool, loss: Any, estimator: str) -> str | None:
     """Why optim.skip_zero_advantage=`skip` cannot run with the built `loss` and advantage.`estimator`, or None:
     rows of advantage 0 must add nothing to the gradient (`zero_advantage_inert`), and an estimator's per-token
@@ -236,7 +254,7 @@ def skip_zero_advantage_problem(skip: bool, loss: Any, estimator: str) -> str | 
             "its gradient (a KL term, beta > 0; an entropy bonus or quantile; or an objective that is not a "
             "multiple of the advantage); use optim.skip_zero_advantage=false"
         )
-    if ESTIMATORS[estimator].token_shaping is not None:
+    if estimators()[estimator].token_shaping is not None:
         return (
             f"optim.skip_zero_advantage=true with advantage.estimator={estimator}: its per-token advantages "
             "are shaped from the entropies, not the sequence's alone; use optim.skip_zero_advantage=false"

@@ -2,8 +2,9 @@
 
 A loss, task or policy is defined by its own class or factory; its schema is derived from that signature
 (`derived_schema`), so a parameter and its default are written once. A loss's `loss=<name>` option is
-its schema itself (no yaml): the loss registry, with the modules `TWINKLE_EXP_LOSSES` names, is the one list
-of losses. Importing this module imports the registries, which import torch but neither Lightning nor
+its schema itself (no yaml): the loss registry, with the plug-in modules `TWINKLE_EXP_PLUGINS` names
+(`twinkle_exp.plugins`), is the one list of losses; so is the task registry for a task with no yaml of its
+own (the user's), and the estimators' registry for `advantage=<name>`. Importing this module imports the registries, which import torch but neither Lightning nor
 transformers (those load when a stage is built).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.resources
 import inspect
 import typing
 from collections.abc import Callable
@@ -31,10 +33,10 @@ from twinkle_exp.config.schema import (
     TrainerConfig,
     WarmupConfig,
 )
-from twinkle_exp.loss.advantages import ESTIMATORS
+from twinkle_exp.loss.advantages import estimators
 from twinkle_exp.loss.registry import losses, target_path
 from twinkle_exp.policy.build import POLICIES
-from twinkle_exp.tasks import TASKS
+from twinkle_exp.tasks import tasks
 
 
 def import_path(target: Callable) -> str:
@@ -92,7 +94,7 @@ def option_schemas() -> dict[str, dict[str, type]]:
             )
             for name, cls in losses().items()
         },
-        "task": {name: derived_schema(cls, cls.__name__ + "Config") for name, cls in TASKS.items()},
+        "task": {name: derived_schema(cls, cls.__name__ + "Config") for name, cls in tasks().items()},
         "policy": {
             name: derived_schema(fn, f"{name.capitalize()}PolicyConfig") for name, fn in POLICIES.items()
         },
@@ -113,6 +115,14 @@ TYPED_GROUPS = {
 
 # Groups whose options are their schemas, with no yaml of their own: the registry is their one source.
 STORED_GROUPS = ("loss",)
+
+
+def _has_yaml(group: str, name: str) -> bool:
+    """Whether conf/<group>/<name>.yaml exists (a task's yaml sets its held-out set and recipe; a task of the
+    user's own with none is an option of its own, its class's defaults)."""
+    return (importlib.resources.files("twinkle_exp.conf") / group / f"{name}.yaml").is_file()
+
+
 LOSS_NAMES_RESOLVER = "twinkle_losses"  # `${twinkle_losses:}`: the registered losses, comma-separated
 
 
@@ -124,17 +134,23 @@ def register_configs() -> None:
     for group, schemas in option_schemas().items():
         for name, node in schemas.items():
             cs.store(group=f"schema/{group}", name=name, node=node)
-            if group in STORED_GROUPS:
+            if group in STORED_GROUPS or (group == "task" and not _has_yaml(group, name)):
                 cs.store(group=group, name=name, node=node)
     for group, node in TYPED_GROUPS.items():
         cs.store(group=f"schema/{group}", name="base", node=node)
     # `advantage=<estimator>` for every registered estimator but group_relative, whose three scales are the
     # yaml files conf/advantage/{group,batch,unscaled}.yaml.
-    for name in ESTIMATORS:
+    for name in estimators():
         if name != "group_relative":
             cs.store(group="advantage", name=name, node=AdvantageConfig(estimator=name))
     # The zoo sweep's list of losses (conf/sweep/zoo.yaml).
-    OmegaConf.register_new_resolver(LOSS_NAMES_RESOLVER, lambda: ",".join(losses()), replace=True)
+    # A loss that reads each call's groups (GVPO) needs optim.minibatch_split=groups, which a sweep over the
+    # other losses does not set: it runs with its recipe (+experiment=gvpo_paper), not in the zoo's grid.
+    OmegaConf.register_new_resolver(
+        LOSS_NAMES_RESOLVER,
+        lambda: ",".join(name for name, cls in losses().items() if not cls.whole_groups),
+        replace=True,
+    )
 
 
 # Groups whose options are classes or factories: they reach the code as resolved dicts for `instantiate`.

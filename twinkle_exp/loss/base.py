@@ -72,6 +72,9 @@ class PolicyGradientLoss:
     # advantage is 0 adds nothing to the gradient (`zero_advantage_inert`). Off unless a class says so, and
     # each class that does is checked against its own gradients (tests/test_zero_advantage_rows.py).
     advantage_linear: ClassVar[bool] = False
+    # Whether `per_token` compares each sequence with the others of its group (`b.group_ids`): then every
+    # call must hold whole groups (optim.minibatch_split=groups, micro-batches a multiple of the group size).
+    whole_groups: ClassVar[bool] = False
 
     clip_range: float = param(0.2, positive)
     clip_range_high: float | None = param(None, optional(positive))  # None: same as clip_range
@@ -159,8 +162,9 @@ class PolicyGradientLoss:
                 (required when beta > 0), `position_ids` `[B, T]` (packed rows), `entropies` `[B, T]`
                 (for `top_entropy_quantile` / `entropy_coef` when only `logps` are given) and
                 `rollout_weights` `[B, T]` (`rollout_correction`'s weights on the policy term),
-                `sampler_logps` `[B, T]` (the sampler's, for the off-policy mask) and `rollout_mask` `[B, T]`
-                bool (verl's rejection: the tokens outside it leave the batch).
+                `sampler_logps` `[B, T]` (the sampler's, for the off-policy mask), `rollout_mask` `[B, T]`
+                bool (verl's rejection: the tokens outside it leave the batch) and `group_index`
+                `[num_sequences]` long (each sequence's group, for the objectives that read it).
             num_sequences, num_tokens: the optimizer step's totals when the step is split in micro-batches.
         """
         spec = self.spec

@@ -31,6 +31,8 @@ class TokenBatch:
     rejected_seqs: int = 0  # sequences whose every completion token `rollout_mask` removed
     # [B, T] bool: the tokens the switches keep for the policy term (set by the pipeline before the objective)
     policy_keep: torch.Tensor | None = None
+    # [num_seqs] long: the group (prompt) each sequence was sampled for, or None when the caller did not say
+    group_ids: torch.Tensor | None = None
 
     @property
     def counted_seqs(self) -> int:
@@ -101,6 +103,7 @@ def prepare_batch(
     rollout_weights: torch.Tensor | None = None,
     sampler_logps: torch.Tensor | None = None,
     rollout_mask: torch.Tensor | None = None,
+    group_index: torch.Tensor | None = None,
     entropy_from_logits: bool = False,
 ) -> TokenBatch:
     """Check and align the inputs.
@@ -119,6 +122,8 @@ def prepare_batch(
             (the off-policy mask measures its gap against them).
         rollout_mask: `[B, T]` bool, the tokens a rejecting rollout correction keeps (verl's form of
             `seq_mask`): the others leave the batch, from every term and from the default counts.
+        group_index: `[num_sequences]` long, the group (prompt) each sequence was sampled for: the objectives
+            that compare a sequence with its group (GVPO) read it.
     """
     if labels.dim() != 2:
         raise ValueError(f"labels must be [B, T], got shape {_shape(labels)}")
@@ -157,6 +162,10 @@ def prepare_batch(
         had = torch.bincount(seq_ids[mask], minlength=num_seqs) > 0
         has = torch.bincount(seq_ids[kept], minlength=num_seqs) > 0
         rejected_seqs, mask = int((had & ~has).sum()), kept
+    if group_index is not None and tuple(group_index.shape) != (num_seqs,):
+        raise ValueError(
+            f"group_index has shape {_shape(group_index)}; expected [{num_seqs}], one group per sequence"
+        )
     if advantages.shape == labels.shape:
         token_adv = advantages
     elif advantages.dim() == 1:
@@ -187,6 +196,7 @@ def prepare_batch(
         if sampler_logps is None
         else sampler_logps.to(logps.dtype).masked_fill(~mask, 0.0),
         rejected_seqs=rejected_seqs,
+        group_ids=None if group_index is None else group_index.long(),
     )
 
 

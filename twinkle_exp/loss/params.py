@@ -82,10 +82,13 @@ def optional(check: Check) -> Check:
     return checked
 
 
-def one_of(choices: Sequence[str]) -> Check:
+def one_of(choices: Sequence[str] | Callable[[], Sequence[str]]) -> Check:
+    """`choices`, or a function that returns them when a value is checked (a registry that plug-ins extend)."""
+
     def checked(name: str, value: Any) -> str:
-        if value not in choices:
-            raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+        allowed = choices() if callable(choices) else choices
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
         return value
 
     return checked

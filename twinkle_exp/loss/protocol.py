@@ -39,6 +39,7 @@ class LossFn(Protocol):
         | None = None,  # [B, T] a weight on the policy term (rollout correction)
         sampler_logps: torch.Tensor | None = None,  # [B, T] the sampler's, where they differ from old_logps
         rollout_mask: torch.Tensor | None = None,  # [B, T] bool: tokens outside it leave the batch (verl)
+        group_index: torch.Tensor | None = None,  # [B] long: the group (prompt) each sequence was drawn for
         num_sequences: int | None = None,  # the optimizer step's totals, over micro-batches and ranks
         num_tokens: int | None = None,
     ) -> LossOutput: ...

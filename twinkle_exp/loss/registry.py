@@ -6,7 +6,8 @@
         ...
 
 `losses()` imports the built-in objective modules, then each module named in the environment variable
-`TWINKLE_EXP_LOSSES` (comma-separated, importable from `sys.path`), and returns the table. Everything that
+`TWINKLE_EXP_PLUGINS` (comma-separated, importable from `sys.path`; `twinkle_exp.plugins`, the one pattern of
+every plug-in kind), and returns the table. Everything that
 lists the losses (Hydra's `loss` group, `--help`, the zoo sweep, the docs' checks) reads it, so a loss is
 added in one place. This module imports neither torch nor the losses until `losses()` is called.
 """
@@ -15,17 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
-import os
-import pkgutil
 from typing import Any
 
-ENV_VAR = "TWINKLE_EXP_LOSSES"
+from twinkle_exp import plugins
+
 BUILTIN_PACKAGE = "twinkle_exp.loss.objectives"
 PUBLIC_PACKAGE = "twinkle_exp.loss"  # where the built-in classes are found by name (`_target_`)
 
 LOSSES: dict[str, type] = {}  # name -> loss class, in registration order; filled by `losses()`
-_loaded: list[str] = []  # the modules `losses()` imported
 
 
 def _refuse_unknown_parameters(cls: type) -> None:
@@ -67,22 +65,9 @@ def register_loss(cls: type) -> type:
     return cls
 
 
-def _user_modules() -> list[str]:
-    return [m.strip() for m in os.environ.get(ENV_VAR, "").split(",") if m.strip()]
-
-
 def losses() -> dict[str, type]:
-    """The registry, with the built-in objective modules and `TWINKLE_EXP_LOSSES`'s modules imported."""
-    package = importlib.import_module(BUILTIN_PACKAGE)
-    builtin = [f"{BUILTIN_PACKAGE}.{m.name}" for m in pkgutil.iter_modules(package.__path__)]
-    for module in [*sorted(builtin), *_user_modules()]:
-        if module in _loaded:
-            continue
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise ImportError(f"{ENV_VAR}: cannot import loss module {module!r} ({exc})") from exc
-        _loaded.append(module)
+    """The registry, with the built-in objective modules and the user's plug-in modules imported."""
+    plugins.load(BUILTIN_PACKAGE)
     return LOSSES
 
 

@@ -1,4 +1,5 @@
-"""Tasks: prompts with verifiable answers and fixed held-out validation sets, by name in `TASKS`."""
+"""Tasks: prompts with verifiable answers and fixed held-out validation sets, registered by name (`tasks()`,
+`registry.register_task`: one file per task, found by package scan, and the user's own plug-in modules)."""
 
 from twinkle_exp.tasks.addition import AdditionTask
 from twinkle_exp.tasks.answers import ANSWER_EXTRACTORS, gsm8k_final_answer
@@ -6,19 +7,10 @@ from twinkle_exp.tasks.base import Example, ProceduralTask, Task
 from twinkle_exp.tasks.gsm8k import GSM8KTask
 from twinkle_exp.tasks.hf_dataset import HFDatasetTask
 from twinkle_exp.tasks.jsonl import JsonlTask, read_examples
+from twinkle_exp.tasks.registry import TASKS, register_task, tasks
 from twinkle_exp.tasks.reverse import ReverseTask
 from twinkle_exp.tasks.scratchpad import ScratchpadTask
 from twinkle_exp.tasks.sort_digits import SortDigitsTask
-
-TASKS: dict[str, type[Task]] = {
-    "addition": AdditionTask,
-    "reverse": ReverseTask,
-    "sort_digits": SortDigitsTask,
-    "scratchpad": ScratchpadTask,
-    "jsonl": JsonlTask,
-    "hf_dataset": HFDatasetTask,
-    "gsm8k": GSM8KTask,
-}
 
 __all__ = [
     "ANSWER_EXTRACTORS",
@@ -35,4 +27,6 @@ __all__ = [
     "Task",
     "gsm8k_final_answer",
     "read_examples",
+    "register_task",
+    "tasks",
 ]

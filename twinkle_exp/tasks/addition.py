@@ -6,8 +6,10 @@ import random
 from dataclasses import dataclass
 
 from twinkle_exp.tasks.base import Example, ProceduralTask, check_length_range
+from twinkle_exp.tasks.registry import register_task
 
 
+@register_task
 @dataclass(kw_only=True, eq=False)
 class AdditionTask(ProceduralTask):
     """Add two non-negative integers of `min_digits`..`max_digits` digits each.

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from twinkle_exp.tasks.hf_dataset import HFDatasetTask, is_local_file
+from twinkle_exp.tasks.registry import register_task
 
 HUB_ID = "openai/gsm8k"
 
 
+@register_task
 class GSM8KTask(HFDatasetTask):
     """GSM8K from the hub (`openai/gsm8k`, subset `main`: train split for training, test split held out) or
     from local files in its format (one `{"question": ..., "answer": "...#### 72"}` per line, as in the

@@ -8,6 +8,7 @@ from typing import Any
 
 from twinkle_exp.tasks.answers import get_answer_extractor
 from twinkle_exp.tasks.base import Example, Task
+from twinkle_exp.tasks.registry import register_task
 
 # A single local file is read with the `datasets` builder for its format.
 FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -51,6 +52,7 @@ def load_rows(
     return dataset.to_list()
 
 
+@register_task
 class HFDatasetTask(Task):
     """Examples from a dataset: `prompt_template` filled from each row's fields, the gold answer from
     `answer_field` (optionally through `answer_extractor`), and a held-out validation set.

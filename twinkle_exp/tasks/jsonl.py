@@ -7,6 +7,7 @@ import os
 import random
 
 from twinkle_exp.tasks.base import Example, Task
+from twinkle_exp.tasks.registry import register_task
 
 
 def read_examples(path: str | os.PathLike[str]) -> list[Example]:
@@ -70,6 +71,7 @@ def _unique_by_prompt(examples: list[Example]) -> list[Example]:
     return list({ex.prompt: ex for ex in examples}.values())
 
 
+@register_task
 class JsonlTask(Task):
     """Examples from a JSON-lines file, with a held-out validation set split by prompt.
 

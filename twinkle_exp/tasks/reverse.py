@@ -6,8 +6,10 @@ import random
 from dataclasses import dataclass
 
 from twinkle_exp.tasks.base import Example, ProceduralTask, check_length_range, check_printable_ascii
+from twinkle_exp.tasks.registry import register_task
 
 
+@register_task
 @dataclass(kw_only=True, eq=False)
 class ReverseTask(ProceduralTask):
     """Reverse a string of `min_len`..`max_len` characters from `alphabet`.
@@ -21,7 +23,7 @@ class ReverseTask(ProceduralTask):
     name = "reverse"
 
     min_len: int = 3
-    max_len: int = 8
+    max_len: int = 6
     alphabet: str = "abcdefgh"
     pad: str = ""
 

@@ -17,8 +17,10 @@ import random
 from dataclasses import dataclass
 
 from twinkle_exp.tasks.base import Example, ProceduralTask, check_length_range, check_printable_ascii
+from twinkle_exp.tasks.registry import register_task
 
 
+@register_task
 @dataclass(kw_only=True, eq=False)
 class ScratchpadTask(ProceduralTask):
     """Reverse `min_len`..`max_len` characters of `alphabet`, answering after `separator` (or before it).

@@ -6,8 +6,10 @@ import random
 from dataclasses import dataclass
 
 from twinkle_exp.tasks.base import Example, ProceduralTask, check_length_range
+from twinkle_exp.tasks.registry import register_task
 
 
+@register_task
 @dataclass(kw_only=True, eq=False)
 class SortDigitsTask(ProceduralTask):
     """Sort a string of `min_len`..`max_len` decimal digits ascending (repeats kept: "3113" -> "1133").

@@ -70,6 +70,7 @@ def micro_batch_loss(
         ref_logps=None if plan.ref_logps is None else plan.ref_logps[rows],
         entropies=entropy if loss_fn.needs_entropy else None,
         rollout_weights=weights,
+        group_index=b.prompt_index[rows],  # a group never spans ranks: every rank's rows index its own
         **totals,
     )
     return out, weight_metrics

@@ -23,7 +23,7 @@ import torch
 from twinkle_exp import metric_names as M
 from twinkle_exp.lifecycle.nonfinite import NonFiniteGuard
 from twinkle_exp.lifecycle.run_end import RunEnd
-from twinkle_exp.loss.advantages import ESTIMATORS, estimate
+from twinkle_exp.loss.advantages import estimate, estimators
 from twinkle_exp.parallel import collectives
 from twinkle_exp.parallel.sharding import gathered
 from twinkle_exp.policy.logprobs import sequence_logps
@@ -182,7 +182,7 @@ def new_rollout(
         with timer(M.TIME_DYNAMIC_SAMPLING):
             batch, rollout, scores, extra = refilled(parts, batch, rollout, scores, step, draw, fresh)
     greedy = None
-    if ESTIMATORS[parts.advantage.estimator].needs_greedy_baseline:
+    if estimators()[parts.advantage.estimator].needs_greedy_baseline:
         with timer(M.TIME_GREEDY_BASELINE):
             greedy = greedy_rewards(parts, batch["prompts"], batch["answers"])
         extra[M.GREEDY_BASELINE_SAMPLES] = float(greedy.numel())

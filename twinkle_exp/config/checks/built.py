@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from twinkle_exp.config.checks import examples
-from twinkle_exp.config.schema import RewardConfig, skip_zero_advantage_problem
+from twinkle_exp.config.schema import RewardConfig, skip_zero_advantage_problem, whole_groups_problem
 from twinkle_exp.errors import UserError
 
 
@@ -40,6 +40,9 @@ def built_problems(cfg: DictConfig, plain: dict[str, Any], chosen: dict[str, str
     else:
         skip, estimator = plain["optim"].get("skip_zero_advantage", False), plain["advantage"]["estimator"]
         problem = skip_zero_advantage_problem(skip, loss, estimator)
+        if problem is not None:
+            yield problem
+        problem = whole_groups_problem(loss, plain["optim"], plain["rollout"]["group_size"])
         if problem is not None:
             yield problem
     try:

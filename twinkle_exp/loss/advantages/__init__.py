@@ -1,15 +1,8 @@
-"""Advantage estimators, one file each, registered by name (`registry.ESTIMATORS`); `advantage=<name>`."""
+"""Advantage estimators, one file each, registered by name (`registry.register`, found by package scan;
+`estimators()` adds the user's plug-in modules); `advantage=<name>`."""
 
-from . import (  # noqa: F401 (register)
-    entropy_shaped,
-    group_relative,
-    leave_one_out,
-    opo,
-    passk,
-    reinforce_pp,
-    remax,
-    sample_signs,
-)
+from twinkle_exp import plugins
+
 from .group_relative import SCALES, group_advantages
 from .registry import (
     ESTIMATORS,
@@ -17,9 +10,12 @@ from .registry import (
     AdvantageSettings,
     Estimator,
     estimate,
+    estimators,
     register,
     token_shaping,
 )
+
+plugins.scan(__name__)  # every built-in estimator's file registers itself: adding one is adding a file
 
 __all__ = [
     "ESTIMATORS",
@@ -28,6 +24,7 @@ __all__ = [
     "AdvantageSettings",
     "Estimator",
     "estimate",
+    "estimators",
     "group_advantages",
     "register",
     "token_shaping",

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from twinkle_exp import plugins
+
 # (rewards [groups, G] float64, lengths [groups, G] float64, settings) -> advantages [groups, G] float64;
 # an estimator with needs_greedy_baseline also gets greedy= [groups] float64.
 EstimatorFn = Callable[..., torch.Tensor]
@@ -55,7 +57,16 @@ class Estimator:
     token_shaping: TokenShapingFn | None = None  # a per-token term added in the update (see the module doc)
 
 
-ESTIMATORS: dict[str, Estimator] = {}
+ESTIMATORS: dict[
+    str, Estimator
+] = {}  # name -> estimator; the built-in ones from import, the user's: estimators()
+
+
+def estimators() -> dict[str, Estimator]:
+    """The registry, with the built-in estimator modules and the user's plug-in modules (`TWINKLE_EXP_PLUGINS`)
+    imported."""
+    plugins.load(__name__.rpartition(".")[0])
+    return ESTIMATORS
 
 
 def register(name: str, **fields) -> Callable[[EstimatorFn], EstimatorFn]:
