@@ -138,12 +138,14 @@ def test_no_module_imports_itself_back_through_others():
 
 def test_the_report_reads_runs_through_the_run_directory_contract_alone():
     # run_json: run.json; metrics_csv: metrics.csv's reader; samples_file: samples.jsonl (torch-free), and
-    # the run's own end-of-run figures and checks (summary/, torch-free), which the report builds on
+    # the run's own end-of-run figures and checks (summary/, torch-free), which the report builds on;
+    # hydra_record: `.hydra/`, checked against run.json's identity of it (torch-free)
     allowed = {
         "twinkle_exp.tracking.run_json",
         "twinkle_exp.tracking.metrics_csv",
         "twinkle_exp.tracking.samples_file",
         "twinkle_exp.tracking.items_file",  # items.jsonl: per held-out prompt results, torch-free like samples
+        "twinkle_exp.tracking.hydra_record",
         "twinkle_exp.metric_names",
     }
     for path in (PACKAGE / "report").rglob("*.py"):

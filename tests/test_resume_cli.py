@@ -150,7 +150,7 @@ def test_sigterm_before_training_still_ends_as_interrupted(tmp_path, cli_env):
         text=True,
     )
     deadline = time.time() + 300
-    while not (run / ".hydra" / "config.yaml").exists():  # Hydra calls the app right after writing it
+    while not (run / "cli.log").exists():  # Hydra calls the app right after opening its log
         assert proc.poll() is None and time.time() < deadline
         time.sleep(0.02)
     time.sleep(0.5)  # the handlers are installed; the imports (or the warm-start) are still going on

@@ -28,6 +28,7 @@ from twinkle_exp.parallel.strategy import lightning_strategy
 from twinkle_exp.summary.run_summary import print_run_summary, summarize_run
 from twinkle_exp.tasks.prompt_stream import PromptStream, prompts_per_rank
 from twinkle_exp.tracking import provenance
+from twinkle_exp.tracking.hydra_record import record_of_job
 from twinkle_exp.tracking.loggers import build_loggers
 from twinkle_exp.tracking.metrics_file import truncate_rows
 from twinkle_exp.tracking.progress import RolloutProgressBar
@@ -105,7 +106,9 @@ def train(cfg: DictConfig, typed: Config | None = None) -> dict[str, Any]:
     typed = typed or check_config(cfg)
     _quiet_lightning()
     config = OmegaConf.to_container(cfg, resolve=True)
-    session = RunSession(JobInfo.from_hydra(), typed.resume, config, typed.seed, typed.trainer.max_steps)
+    session = RunSession(
+        JobInfo.from_hydra(), typed.resume, config, typed.seed, typed.trainer.max_steps, record_of_job(cfg)
+    )
     job, start, end = session.job, session.start, session.end
     done = session.finished_before()
     if done is not None:

@@ -9,9 +9,10 @@ run.json that still says "running" is a killed process's (this process holds the
 `run_lock`): it restarts, from its checkpoint if it has one, as before. An interrupted or failed run that
 never trained (stopped at optimizer step 0, without a checkpoint) holds nothing to lose and starts again.
 
-Moving aside renames every file of the old run into `<dir>.previous-<time>/`; the files this start already
-wrote or appended to (Hydra's `.hydra/`, the log) get their old content there from the start's snapshot
-(`run_dir_guard`), and keep only this start's part here.
+Moving aside copies every file of the old run into `<dir>.previous-<time>/` (checkpoints are renamed), then
+removes them here, run.json last; the log this start already appended to gets its old content there from
+the start's snapshot (`run_dir_guard`) and keeps only this start's part here. The old `.hydra/` goes too:
+this start writes its own when it begins (`tracking.hydra_record`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from twinkle_exp.errors import UserError
 from twinkle_exp.lifecycle import resume, run_lock
 from twinkle_exp.lifecycle.checkpoints import last_checkpoint
 from twinkle_exp.lifecycle.run_dir_guard import Snapshot
+from twinkle_exp.tracking.atomic_file import fsync_dir
 from twinkle_exp.tracking.run_json import METRICS_CSV, MOVED_ASIDE, RUN_JSON, read_run_json
 
 log = logging.getLogger(__name__)
@@ -135,6 +137,8 @@ def move_aside(run_dir: Path, before: Snapshot) -> Path:
             os.rename(path, dest)
         else:
             dest.symlink_to(target)
+    # Every file is in the sibling before any leaves `run_dir`: a kill during the move loses nothing (the next
+    # start moves what is left to another sibling).
     for path, (content, mtime_ns) in before.files.items():
         dest = aside / path.relative_to(run_dir)
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -144,8 +148,11 @@ def move_aside(run_dir: Path, before: Snapshot) -> Path:
             continue
         dest.write_bytes(content)
         os.utime(dest, ns=(mtime_ns, mtime_ns))
-        if not path.is_file() or path.parent.name == ".hydra":
-            continue  # Hydra wrote this start's own
+    fsync_dir(aside)
+    # run.json leaves last: until then the directory still says it holds the ended run.
+    for path, (content, _) in sorted(before.files.items(), key=lambda item: item[0].name == RUN_JSON):
+        if content is None or not path.is_file():
+            continue
         now = path.read_bytes()
         if now == content and path.suffix != ".log":
             path.unlink()

@@ -1,18 +1,18 @@
 """A refused start leaves its run directory exactly as it was: a snapshot taken before anything is written.
 
-Hydra writes `.hydra/*.yaml` and appends to the job's log before the task function runs, and a run writes
+Hydra makes the directory and appends to the job's log before the task function runs (its `.hydra/` files are
+the project's since issue 48: `tracking.hydra_record`, written when the run begins), and a run writes
 run.json, trims metrics.csv and starts wandb before every refusal is known (the rebuilt reference is checked
 after the warm-start). So the directory's files are read before Hydra touches them (`TakeSnapshot`, a Hydra
-callback in RUN mode; under `-m` the snapshot is taken when the job starts, after Hydra's own files), and a
-start refused with a `UserError` puts back every file it changed and removes every file it added.
+callback in RUN mode; under `-m` the snapshot is taken when the job starts, after Hydra made its folder and
+log), and a start refused with a `UserError` puts back every file it changed and removes every file it added.
 
 Files larger than `MAX_BYTES` (checkpoints) are listed but not read: nothing before training writes them.
 Only the standard library and Hydra are imported, so `cli` can use this before the slow imports.
 
 The same callback takes the directory's lock (`run_lock`) before Hydra writes there: a second process on a
-directory in use is refused before it touches a file of it. Under `-m`, `on_multirun_start` notes which job
-directories and Hydra files the sweep directory held, so that a refused job's new directory is removed and an
-existing one gets its earlier `.hydra/` files back.
+directory in use is refused before it touches a file of it. Under `-m`, `on_multirun_start` notes which
+folders the sweep directory held, so that a refused job's new directory is removed.
 """
 
 from __future__ import annotations
@@ -98,15 +98,14 @@ class Snapshot:
 
 
 _taken: dict[Path, Snapshot] = {}
-# Under -m: the sweep directory's folders, and every job's `.hydra/` files, before the sweep started.
+# Under -m: the sweep directory's folders before the sweep started.
 _sweep_root: list[Path] = []  # the sweep directory, under -m
 _sweep_dirs: set[Path] = set()
-_sweep_hydra_files: dict[Path, tuple[bytes, int]] = {}
 
 
 def snapshot(run_dir: Path) -> Snapshot:
     """The snapshot `TakeSnapshot` took of `run_dir` before Hydra wrote there, else one taken now (a sweep's
-    job: corrected with what `on_multirun_start` saw before Hydra wrote the job's files)."""
+    job: corrected with which folders `on_multirun_start` saw before Hydra made the job's)."""
     key = Path(run_dir).absolute()
     taken = _taken.pop(key, None)
     if taken is not None:
@@ -119,14 +118,6 @@ def snapshot(run_dir: Path) -> Snapshot:
         taken.parents_existing = {
             p for p in key.parents if p in _sweep_dirs or p == root or not p.is_relative_to(root)
         }
-        hydra_dir = key / ".hydra"
-        for path in [p for p in taken.files if p.parent == hydra_dir]:
-            if path in _sweep_hydra_files:
-                taken.files[path] = _sweep_hydra_files[path]
-            else:  # written by Hydra for this job: not the directory's before
-                del taken.files[path]
-        if hydra_dir not in {p.parent for p in taken.files}:
-            taken.dirs.discard(hydra_dir)
     return taken
 
 
@@ -156,15 +147,7 @@ class TakeSnapshot(Callback):
         sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
         _sweep_root[:] = [sweep_dir]
         _sweep_dirs.clear()
-        _sweep_hydra_files.clear()
         for root, dirs, files in os.walk(sweep_dir):
-            here = Path(root)
-            if here.name == ".hydra":
-                for name in files:
-                    path = here / name
-                    _sweep_hydra_files[path] = (path.read_bytes(), path.stat().st_mtime_ns)
-                dirs[:] = []
-                continue
-            _sweep_dirs.add(here)
-            if ".hydra" in dirs:  # a job: its own subfolders (wandb, checkpoints) hold no further jobs
-                dirs[:] = [".hydra"]
+            _sweep_dirs.add(Path(root))
+            if ".hydra" in dirs or "run.json" in files:
+                dirs[:] = []  # a job: its subfolders (wandb, checkpoints) hold no further jobs

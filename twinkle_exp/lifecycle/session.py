@@ -27,6 +27,7 @@ from twinkle_exp.lifecycle import previous_run, resume, run_dir_guard, run_lock,
 from twinkle_exp.lifecycle.checkpoints import last_checkpoint
 from twinkle_exp.lifecycle.run_end import RunEnd
 from twinkle_exp.lifecycle.stopping import end_stopped_run
+from twinkle_exp.tracking import hydra_record
 from twinkle_exp.tracking.run_json import PROVENANCE, JobInfo, RunStatus, read_run_json
 
 log = logging.getLogger(__name__)
@@ -37,9 +38,16 @@ class RunSession:
     steps, or a stop), and its run.json status once it has one."""
 
     def __init__(
-        self, job: JobInfo, resume_setting: str | None, config: dict[str, Any], seed: int, max_steps: int
+        self,
+        job: JobInfo,
+        resume_setting: str | None,
+        config: dict[str, Any],
+        seed: int,
+        max_steps: int,
+        record: dict[str, bytes] | None = None,
     ):
         self.job = job
+        self.record = record  # the `.hydra/` files' bytes (tracking.hydra_record), None outside Hydra
         self.seed = seed
         self.end = RunEnd(max_steps)
         self.is_slurm = SLURMEnvironment.detect()
@@ -84,9 +92,22 @@ class RunSession:
         return None
 
     def begin(self, write: bool, wandb_id: str) -> None:
-        """run.json says "running" from here on (`write`: this process is global rank 0)."""
+        """The run's `.hydra/` record, then run.json saying "running" with the record's identity, from here on
+        (`write`: this process is global rank 0). The first writes of the run's own record: every start that
+        ends before this (refused, nothing to do) leaves the record as it was."""
+        identity = None
+        if self.record is not None:
+            identity = hydra_record.identity(self.record, self.job.choices)
+            if write:
+                hydra_record.write_record(self.job.output_dir, self.record)
         self.status = RunStatus(
-            self.job, self.seed, self.resumed_from, self.start.step, write=write, wandb_id=wandb_id
+            self.job,
+            self.seed,
+            self.resumed_from,
+            self.start.step,
+            write=write,
+            wandb_id=wandb_id,
+            identity=identity,
         )
 
     def stop_if_asked(self, step: int, checkpoint: Path | None) -> None:

@@ -22,6 +22,7 @@ PROVENANCE = "provenance"  # run.json's record of what produced the run (trackin
 PROVENANCE_KEYS = ("commit", "dirty", "threads", "cpu", "accelerator", "blas", "warm_start_key")
 # A run moved aside by `previous_run=move_aside` lives in `<dir>` + this + `<time>`: not a job of its sweep.
 MOVED_ASIDE = ".previous-"
+IDENTITY = "identity"  # run.json's record of the run's `.hydra/` files (tracking.hydra_record.identity)
 RESERVE_BYTES = 4096  # blanks after run.json's object: room for its final rewrite on a full disk
 
 
@@ -95,6 +96,7 @@ class RunStatus:
         start_step: int = 0,
         write: bool = True,
         wandb_id: str | None = None,
+        identity: dict[str, Any] | None = None,
     ) -> None:
         self.path = job.output_dir / RUN_JSON
         self.write = write
@@ -123,6 +125,8 @@ class RunStatus:
             "attempts": [*attempts, self.attempt],
             "wandb_id": wandb_id or run_wandb_id(previous, resumed_from),
         }
+        if identity is not None:  # what `.hydra/` holds (tracking.hydra_record): the report checks the two
+            self.data[IDENTITY] = identity
         self._write()
 
     @property

@@ -3,7 +3,9 @@ samples.jsonl.
 
 The layout is the trainer's contract: a job directory is any directory holding `.hydra/overrides.yaml` or
 `run.json`, at any depth under a sweep directory (a single run's directory is its own sweep of one job).
-Whatever cannot be read is recorded in the run's `problems`, never skipped in silence.
+Whatever cannot be read is recorded in the run's `problems`, never skipped in silence; so is a `.hydra/` that
+disagrees with the identity run.json records (`tracking.hydra_record`): such a run is labelled by run.json.
+A run.json written before that record existed has no identity, and its `.hydra/` is read as it is.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from twinkle_exp import metric_names as M
+from twinkle_exp.tracking.hydra_record import record_differences
 from twinkle_exp.tracking.items_file import ITEMS_JSONL, read_items
 from twinkle_exp.tracking.metrics_csv import Series, read_metrics
-from twinkle_exp.tracking.run_json import METRICS_CSV, MOVED_ASIDE, RUN_JSON
+from twinkle_exp.tracking.run_json import IDENTITY, METRICS_CSV, MOVED_ASIDE, RUN_JSON
 from twinkle_exp.tracking.samples_file import SAMPLES_JSONL, read_samples
 
 from .run_files import (
@@ -122,6 +125,16 @@ def load_run(job_dir: Path, sweep_dir: Path) -> Run:
     config, config_problem = read_yaml_dict(job_dir / CONFIG_FILE)
     hydra, _ = read_yaml_dict(job_dir / HYDRA_FILE)
     choices = ((hydra.get("hydra") or {}).get("runtime") or {}).get("choices") or {}
+    identity = written.get(IDENTITY)
+    disagree = record_differences(job_dir, identity) if isinstance(identity, dict) else []
+    if disagree:
+        # `.hydra/` describes another experiment than run.json's: run.json's labels, no config values.
+        problems.append(
+            f"{RUN_JSON} and .hydra/ disagree ({'; '.join(disagree)}): labelled by {RUN_JSON}, "
+            f".hydra/ not used"
+        )
+        config, config_problem = {}, None
+        choices = identity.get("choices") if isinstance(identity.get("choices"), dict) else {}
     return Run(
         path=job_dir,
         name=job_dir.relative_to(sweep_dir).as_posix(),
