@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from twinkle_exp.tracking.jsonl_lines import append_lines, read_rows, size_of
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,7 @@ class ItemsFile:
         lengths |= {len(v) for v in (pass_at or {}).values()}
         if len(lengths) != 1:
             raise ValueError(f"items.jsonl: per-item lists of different lengths {sorted(lengths)}")
-        size = self.path.stat().st_size if self.path.is_file() else 0
-        if size >= self.max_bytes:
+        if size_of(self.path) >= self.max_bytes:
             if not self._capped:
                 self._capped = True
                 log.warning(
@@ -87,44 +87,19 @@ class ItemsFile:
             if pass_at is None
             else {str(k): [_short(v) for v in vs] for k, vs in pass_at.items()},
         }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # One write of a whole line, flushed: a kill leaves at most this line torn, which the reader skips.
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_lines(self.path, [json.dumps(row) + "\n"])
         return True
+
+
+def _well_formed(row: Any) -> bool:
+    return (
+        isinstance(row, dict) and isinstance(row.get("step"), int) and len(row["item"]) == len(row["greedy"])
+    )
 
 
 def read_items(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """(one row per validation step, in step order, the last written line of a step kept; problems): ([], [])
     without a file; a line that is not a well-formed row (a kill tore it) is skipped, and said."""
-    if not Path(path).is_file():
-        return [], []
-    by_step: dict[int, dict[str, Any]] = {}
-    bad = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                ok = (
-                    isinstance(row, dict)
-                    and isinstance(row.get("step"), int)
-                    and len(row["item"]) == len(row["greedy"])
-                )
-            except (json.JSONDecodeError, KeyError, TypeError):
-                ok = False
-            if ok:
-                by_step[row["step"]] = row  # a resumed run's later line of a step replaces the earlier one
-            else:
-                bad.append(number)
-    problems = []
-    if bad:
-        which = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
-        problems.append(
-            f"{ITEMS_JSONL}: skipped {len(bad)} unreadable line(s) (line {which}; a run killed while writing "
-            "tears its last line)"
-        )
+    rows, problems = read_rows(path, ITEMS_JSONL, _well_formed)
+    by_step = {row["step"]: row for row in rows}  # a resumed run's later line of a step replaces the earlier
     return [by_step[s] for s in sorted(by_step)], problems

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from twinkle_exp.tracking.jsonl_lines import append_lines, read_rows, size_of
+
 log = logging.getLogger(__name__)
 
 SAMPLES_JSONL = "samples.jsonl"
@@ -103,8 +105,7 @@ class SamplesFile:
         """
         if self.per_rollout == 0:
             return 0
-        size = self.path.stat().st_size if self.path.is_file() else 0
-        if size >= self.max_bytes and not final:
+        if size_of(self.path) >= self.max_bytes and not final:
             if not self._capped:
                 self._capped = True
                 log.warning(
@@ -137,42 +138,16 @@ class SamplesFile:
             }
             # allow_nan: a non-finite reward is written as NaN, which Python's json reads back
             lines.append(json.dumps(row, ensure_ascii=False) + "\n")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # One write of whole lines, flushed: a kill leaves at most the last line torn, which the reader skips.
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write("".join(lines))
-            f.flush()
-            os.fsync(f.fileno())
+        append_lines(
+            self.path, lines
+        )  # one write: a kill tears at most the last line, which the reader skips
         return len(lines)
 
 
 def read_samples(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """(the rows of `path` in file order, problems): ([], []) when there is no file; a line that is not a
     JSON object (a kill tore it) is skipped, and said."""
-    if not Path(path).is_file():
-        return [], []
-    rows, bad = [], []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                bad.append(number)
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-            else:
-                bad.append(number)
-    problems = []
-    if bad:
-        which = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
-        problems.append(
-            f"{SAMPLES_JSONL}: skipped {len(bad)} unreadable line(s) (line {which}; a run killed while "
-            "writing tears its last line)"
-        )
-    return rows, problems
+    return read_rows(path, SAMPLES_JSONL, lambda row: isinstance(row, dict))
 
 
 def truncate_samples(path: Path, rollouts_done: int) -> int:
