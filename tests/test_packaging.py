@@ -38,6 +38,9 @@ def test_wheel_ships_conf_and_runs_outside_the_repo(tmp_path, cli_env):
         assert f"twinkle_exp/conf/{conf_file.relative_to(ROOT / 'conf')}" in names, conf_file
     for module in ROOT.glob("twinkle_exp/**/*.py"):
         assert str(module.relative_to(ROOT)) in names, module
+    for protocol in ROOT.glob("twinkle_exp/report/protocols/*.yaml"):  # tuning protocols run from the wheel
+        assert str(protocol.relative_to(ROOT)) in names, protocol
+    assert not [n for n in names if n.startswith(("benchmarks/", "diagnose/"))]  # developer tools stay out
 
     site = tmp_path / "site"
     subprocess.run(

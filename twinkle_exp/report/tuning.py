@@ -5,7 +5,7 @@
                                                                  verdict sweep's commands [--out FILE.yaml]
                                                                  [--plot FILE.png: the sensitivity curves]
 
-PROTOCOL is a YAML file, or a name in `sweeps/tuning/` (`six_losses` -> sweeps/tuning/six_losses.yaml):
+PROTOCOL is a YAML file, or a name in `twinkle_exp/report/protocols/` (`six_losses` -> protocols/six_losses.yaml):
 
     name: six_losses_tuned
     score: auc                  # auc | final | last_quarter, of `metric`
@@ -54,7 +54,8 @@ SCORES: dict[str, Callable[[Series], float]] = {
     "last_quarter": last_quarter_mean,
 }
 SENSITIVITY_KEY = "optim.lr"  # the sensitivity curves' x axis
-NAMED = Path(__file__).resolve().parents[2] / "sweeps" / "tuning"  # the repository's named protocols
+# The named protocols ship with the package (twinkle_exp/report/protocols/), so an installed wheel runs them.
+NAMED = Path(__file__).resolve().parent / "protocols"
 
 Point = tuple[tuple[str, str], ...]
 
@@ -88,7 +89,7 @@ def _values(raw: Any) -> list[str]:
 
 
 def load_protocol(where: str) -> Protocol:
-    """The protocol at path `where`, or named `where` in sweeps/tuning/; ValueError naming what is wrong."""
+    """The protocol at path `where`, or named `where` in protocols/; ValueError naming what is wrong."""
     path = Path(where)
     if not path.is_file():
         path = NAMED / f"{where}.yaml"
