@@ -1,6 +1,7 @@
 """Seconds from the command to the one-line refusal of a bad setting.
 
     python -m benchmarks.startup [--repeats 5] [--against PYTHON] [-- OVERRIDES...]
+    python -m benchmarks.startup --expect 0 -- --help        # the help text instead of a refusal
 
 Runs `python -m twinkle_exp optim.lr=-1` (or the overrides given after `--`) in an empty directory, each
 repeat its own process, and prints the median wall time and the machine's load average before and after.
@@ -24,14 +25,12 @@ DEFAULT_OVERRIDES = ["optim.lr=-1"]
 USAGE_ERROR = 2
 
 
-def _time_refusal(python: str, overrides: list[str], cwd: str) -> float:
+def _time_command(python: str, overrides: list[str], cwd: str, expect: int) -> float:
     t0 = time.perf_counter()
     proc = subprocess.run([python, "-m", "twinkle_exp", *overrides], cwd=cwd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    if proc.returncode != USAGE_ERROR:
-        raise SystemExit(
-            f"{python}: expected a refusal (exit {USAGE_ERROR}), got {proc.returncode}:\n{proc.stderr}"
-        )
+    if proc.returncode != expect:
+        raise SystemExit(f"{python}: expected exit {expect}, got {proc.returncode}:\n{proc.stderr}")
     return wall
 
 
@@ -41,6 +40,7 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--against", default=None, help="another interpreter, timed side by side")
+    parser.add_argument("--expect", type=int, default=USAGE_ERROR, help="the exit status (0 for --help)")
     parser.add_argument("overrides", nargs="*", default=DEFAULT_OVERRIDES)
     args = parser.parse_args()
     pythons = [("this checkout", sys.executable)] + ([("against", args.against)] if args.against else [])
@@ -49,7 +49,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cwd:
         for _ in range(args.repeats):
             for label, python in pythons:
-                times[label].append(_time_refusal(python, args.overrides, cwd))
+                times[label].append(_time_command(python, args.overrides, cwd, args.expect))
     for label, python in pythons:
         runs = " ".join(f"{t:.2f}" for t in times[label])
         print(f"{label:<14} median {median(times[label]):6.2f} s  (runs: {runs})  {python}")
