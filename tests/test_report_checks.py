@@ -43,6 +43,8 @@ def default_like(seed: int = 0) -> dict[str, list[tuple[int, float]]]:
         M.RATIO_MAX: series(rng.uniform(1.15, 2.0, len(STEPS))),
         M.REWARD_MEAN: series(0.2 + 0.5 * t + rng.normal(0, 0.03, len(STEPS))),
         M.VAL_ACCURACY: [(s, 0.39 + 0.38 * s / 400) for s in range(0, 401, 40)],
+        # the built-in sampler against the trainer's forward: float rounding (the default run: 2.0e-7)
+        M.LOGP_MISMATCH_MEAN: series(rng.uniform(1.5e-7, 2.5e-7, len(STEPS))),
     }
 
 
@@ -181,10 +183,29 @@ def test_repeated_prompt_reward_rise() -> None:
     assert "repeated_prompt_reward_rise" not in fired(default_like())
 
 
+def test_sampler_mismatch_without_a_rollout_correction() -> None:
+    metrics = default_like()
+    metrics[M.LOGP_MISMATCH_MEAN] = series(np.full(len(STEPS), 8e-4))  # a bfloat16 sampler's gap
+    metrics[M.LOGP_MISMATCH_MAX] = series(np.full(len(STEPS), 2e-2))
+    finding = fired(metrics)["sampler_mismatch"]
+    assert finding.evidence == (
+        "train/logp_mismatch/mean: mean 0.0008 nats per token over 100 logged steps, max 0.02, "
+        "with no rollout correction"
+    )
+    assert "optim.rollout_correction.mode=tis" in finding.advice
+    corrected = {
+        **DEFAULT_CONFIG,
+        "optim": {**DEFAULT_CONFIG["optim"], "rollout_correction": {"mode": "tis"}},
+    }
+    assert "sampler_mismatch" not in fired(metrics, corrected)  # corrected for: the check stays quiet
+    metrics[M.LOGP_MISMATCH_MEAN] = series(np.full(len(STEPS), 6e-6))  # a float32 engine
+    assert "sampler_mismatch" not in fired(metrics)
+
+
 def test_every_check_has_a_trigger_test_here() -> None:
     tested = {"on_policy", "grad_clip_every_step", "zero_std_groups", "entropy_collapse"}
     tested |= {"high_clip_fraction", "growing_kl", "nonfinite", "truncated_reward_rise"}
-    tested |= {"repeated_prompt_reward_rise"}
+    tested |= {"repeated_prompt_reward_rise", "sampler_mismatch"}
     assert tested == set(DIAGNOSTICS)
 
 

@@ -16,7 +16,14 @@ from twinkle_exp.tracking.metrics_csv import Series
 from .diagnosis import Diagnosis
 from .quotes import quotes_for
 from .signal import entropy_collapse, repeated_prompt_reward_rise, truncated_reward_rise, zero_std_groups
-from .updates import grad_clip_every_step, growing_kl, high_clip_fraction, nonfinite_values, on_policy
+from .updates import (
+    grad_clip_every_step,
+    growing_kl,
+    high_clip_fraction,
+    nonfinite_values,
+    on_policy,
+    sampler_mismatch,
+)
 
 # id -> (title, diagnostic on (metrics, config)); nonfinite_values reads the run's non-finite cells instead.
 DIAGNOSTICS: dict[str, tuple[str, Callable]] = {
@@ -26,6 +33,7 @@ DIAGNOSTICS: dict[str, tuple[str, Callable]] = {
     "entropy_collapse": ("entropy collapse", entropy_collapse),
     "high_clip_fraction": ("high clip fraction", high_clip_fraction),
     "growing_kl": ("KL growing without bound", growing_kl),
+    "sampler_mismatch": ("sampler and trainer log-probs disagree", sampler_mismatch),
     "truncated_reward_rise": ("reward rising on cut-off completions", truncated_reward_rise),
     "repeated_prompt_reward_rise": (
         "reward rising on completions that repeat the prompt",

@@ -22,6 +22,9 @@ KL_GROWTH, KL_FLOOR = 2.0, 0.5  # default run: last quarter 0.20-0.25 nats, 1.3-
 # about 85%, and its KL to that warm-start grows about 6x (0.11 -> 0.66 nats) while val/accuracy gains ~30 points.
 KL_PAID_GAIN = 0.05
 RATIO_TOLERANCE = 1e-3  # |r - 1| below this counts as "ratio exactly 1" (sampler and trainer forward differ)
+# Mean |logp_trainer - logp_sampler| per token above which the sampler is another policy: the default run's
+# built-in sampler measures 2.0e-7 (max 2.4e-7), a float32 vLLM engine 5e-7 to 6e-6, a bfloat16 one 8e-4.
+MISMATCH_MEAN = 1e-4
 
 
 def on_policy(metrics: dict[str, Series], config: dict) -> Diagnosis | None:
@@ -105,6 +108,27 @@ def growing_kl(metrics: dict[str, Series], config: dict) -> Diagnosis | None:
         f"{end:.3g} over steps {spans[1][0]}-{spans[1][1]} (x{end / max(middle, 1e-12):.1f}){paid}",
         f"the policy keeps moving away from the reference without gaining held-out accuracy: raise loss.beta "
         f"(now {config_at(config, 'loss.beta')}), lower optim.lr, or check the reward for a shortcut the policy exploits",
+    )
+
+
+def sampler_mismatch(metrics: dict[str, Series], config: dict) -> Diagnosis | None:
+    """The sampler's log-probs differ from the trainer's (train/logp_mismatch/mean above MISMATCH_MEAN on
+    average: a bfloat16 sampler, a vLLM engine in low precision) and no rollout correction weighs the updates."""
+    gaps = metric_values(metrics, M.LOGP_MISMATCH_MEAN)
+    if not len(gaps) or float(np.mean(gaps)) < MISMATCH_MEAN:
+        return None
+    mode = config_at(config, "optim.rollout_correction.mode")
+    if mode not in (None, "none"):
+        return None
+    peaks = metric_values(metrics, M.LOGP_MISMATCH_MAX)
+    peak = f", max {peaks.max():.3g}" if len(peaks) else ""
+    return Diagnosis(
+        "sampler_mismatch",
+        f"{M.LOGP_MISMATCH_MEAN}: mean {np.mean(gaps):.3g} nats per token over {len(gaps)} logged steps{peak}, "
+        "with no rollout correction",
+        "the completions come from another policy than the one the ratios assume, so every loss is off-policy "
+        "by that gap: set optim.rollout_correction.mode=tis (or mis / the sequence mask), or sample in float32 "
+        "(rollout.sampler_dtype=null; rollout.vllm.dtype=float32 with the vLLM engine)",
     )
 
 
