@@ -68,3 +68,36 @@ def test_a_missing_report_a_score_no_pair_has_and_a_repeated_name_are_refused(tm
     assert not out.exists()
     with pytest.raises(SystemExit):
         regimes.main(["no-equals-sign"])
+
+
+def test_a_regime_separates_a_pair_only_by_a_test_of_the_difference_of_differences(tmp_path, capsys):
+    from scipy import stats
+
+    default = _report(tmp_path, "default", [
+        _pair("loss=grpo", "loss=gspo", 0.004, -0.01, 0.018, 0.6, "inconclusive", 0.021),
+        _pair("loss=grpo", "loss=cispo", 0.010, -0.001, 0.021, 0.09, "inconclusive", 0.015),
+    ])  # fmt: skip
+    stale = _report(tmp_path, "stale", [
+        _pair("loss=gspo", "loss=grpo", -0.05, -0.07, -0.03, 0.001, "different", 0.02),
+        # crosses alpha (inconclusive -> different) with almost the same effect: not a separation
+        _pair("loss=grpo", "loss=cispo", 0.012, 0.002, 0.022, 0.03, "different", 0.015),
+    ])  # fmt: skip
+    assert regimes.main([default, stale]) == 0
+    text = capsys.readouterr().out
+    found = regimes.interactions(
+        {n: regimes.read_regime(tmp_path / n, AUC.name) for n in ("default", "stale")}
+    )
+    gspo, cispo = found
+    # grpo - gspo: 0.05 - 0.004 = 0.046; each standard error is the half-width over t(0.975, 9) (n = 10, paired);
+    # they add in quadrature, with Welch-Satterthwaite degrees of freedom, and the two tests are one Holm family
+    t9 = stats.t.ppf(0.975, 9)
+    se0, se1 = 0.014 / t9, 0.02 / t9
+    df = (se0**2 + se1**2) ** 2 / (se0**4 / 9 + se1**4 / 9)
+    p = 2 * stats.t.sf(0.046 / (se0**2 + se1**2) ** 0.5, df)
+    assert gspo.effect == pytest.approx(0.046) and gspo.df == pytest.approx(df)
+    assert gspo.p_raw == pytest.approx(p) and gspo.p_adjusted == pytest.approx(2 * p)
+    assert gspo.verdict == "separates" and gspo.p_adjusted < 0.05
+    assert cispo.effect == pytest.approx(0.002) and cispo.verdict == "not shown to separate"
+    assert cispo.p_adjusted == pytest.approx(cispo.p_raw)  # Holm: the larger p keeps its own, > 2 x the first
+    assert "one family of 2 tests, Holm-adjusted" in text
+    assert "| loss=grpo - loss=cispo | stale | +0.20 [" in text and "**not shown to separate** |" in text
