@@ -23,6 +23,8 @@ PROTOCOL = {
     "tuning_seeds": [100, 101],
     "verdict_seeds": [0, 1, 2],
     "common": ["trainer.max_steps=40"],
+    "tuning_common": ["warmup.seed=1", "task.held_out_part=tuning"],  # a warm-start and items of its own
+    "verdict_common": ["task.held_out_part=verdict"],
     "losses": {
         "grpo": {
             "overrides": ["loss=grpo"],
@@ -116,7 +118,8 @@ def test_verdict_seed_runs_are_never_loaded(tmp_path, monkeypatch):
 
 def test_the_command_writes_the_verdict_sweep(tmp_path, capsys):
     out = tmp_path / "choices.yaml"
-    assert tuning.main(["select", str(_protocol(tmp_path)), str(_sweep(tmp_path)), "--out", str(out)]) == 0
+    args = ["select", str(_protocol(tmp_path)), str(_sweep(tmp_path)), "--out", str(out), "--allow-edge"]
+    assert tuning.main(args) == 0
     record = yaml.safe_load(out.read_text())
     assert record["choices"]["gspo"] == {"optim.lr": "1e-4", "loss.clip_range": "0.03"}
     [grpo, gspo] = [shlex.split(c) for c in record["verdict_commands"]]
@@ -124,6 +127,7 @@ def test_the_command_writes_the_verdict_sweep(tmp_path, capsys):
     assert {"trainer.max_steps=40", "loss=grpo", "optim.lr=3e-4", "loss.clip_range=0.2", "seed=0,1,2"} <= set(
         grpo
     )
+    assert "task.held_out_part=verdict" in grpo and "warmup.seed=1" not in grpo  # the verdict's own items
     assert "hydra.sweep.dir=multirun/toy/verdict" in gspo
     printed = capsys.readouterr().out
     assert "<- chosen" in printed
@@ -133,6 +137,32 @@ def test_the_command_writes_the_verdict_sweep(tmp_path, capsys):
         "gspo": ["optim.lr=1e-4 (the smallest of 2)", "loss.clip_range=0.03 (the largest of 2)"],
     }
     assert "⚠ chosen at the edge of the grid: optim.lr=3e-4 (the largest of 2)" in printed
+
+
+def test_a_choice_at_an_edge_gets_the_extended_axis_and_no_verdict_commands(tmp_path, capsys):
+    out = tmp_path / "choices.yaml"
+    code = tuning.main(["select", str(_protocol(tmp_path)), str(_sweep(tmp_path)), "--out", str(out)])
+    assert code == tuning.NOT_BRACKETED and not out.exists()
+    captured = capsys.readouterr()
+    assert "no verdict commands: 2 loss(es) chose at the edge of their grid" in captured.err
+    # one step beyond each edge by the grid's own ratio: 3e-4 x 3, 0.2 x 2, 1e-4 / 3, 3e-2 x 100
+    for line in ("grpo: optim.lr += [0.0009]", "grpo: loss.clip_range += [0.4]",
+                 "gspo: optim.lr += [3.33e-05]", "gspo: loss.clip_range += [3]"):  # fmt: skip
+        assert line in captured.err
+    commands = [shlex.split(c) for c in captured.out.splitlines() if c.startswith("python -m twinkle_exp -m")]
+    assert len(commands) == 4 and not any("seed=0,1,2" in c for c in commands)  # tuning seeds only
+    grpo_lr = next(c for c in commands if "optim.lr=0.0009" in c)
+    assert {"loss=grpo", "loss.clip_range=0.1,0.2", "seed=100,101", "warmup.seed=1"} <= set(grpo_lr)
+    assert "task.held_out_part=tuning" in grpo_lr
+
+
+def test_tuning_that_shares_the_verdict_s_warm_start_or_items_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"share their warm-start \(warmup.seed=0\)"):
+        tuning.load_protocol(str(_protocol(tmp_path, tuning_common=["task.held_out_part=tuning"])))
+    with pytest.raises(ValueError, match="share their held-out items"):
+        tuning.load_protocol(str(_protocol(tmp_path, tuning_common=["warmup.seed=1"], verdict_common=[])))
+    shared = _protocol(tmp_path, tuning_common=[], verdict_common=[], shared_with_verdict=True)
+    assert tuning.load_protocol(str(shared)).shared_with_verdict  # said out loud: allowed
 
 
 def test_a_choice_inside_the_grid_is_not_at_its_edge():
@@ -222,7 +252,9 @@ def test_the_sensitivity_curves_are_the_tuning_seeds_scores_by_learning_rate(tmp
         [0.56, 0.63]
     )  # seeds +-0.01
     plot = tmp_path / "sensitivity.png"
-    assert tuning.main(["select", str(_protocol(tmp_path)), str(sweep), "--plot", str(plot)]) == 0
+    # the curves are drawn even when choices at the grid's edge hold back the verdict commands
+    code = tuning.main(["select", str(_protocol(tmp_path)), str(sweep), "--plot", str(plot)])
+    assert code == tuning.NOT_BRACKETED
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -19,8 +19,17 @@ PROTOCOL is a YAML file, or a name in `twinkle_exp/report/protocols/` (`six_loss
         overrides: [loss=gspo]            # what makes the job this loss's
         grid: {optim.lr: [3e-5, 1e-4, 3e-4], loss.clip_range: [3e-4, 3e-3, 3e-2]}
 
-Every loss must get the same number of grid points (the same tuning budget; `equal_budget: false` allows
-otherwise, and the plan states each loss's). `select` reads a job's seed first and loads the metrics of the
+    tuning_common: [warmup.seed=1, task.held_out_part=tuning]   # tuning jobs only
+    verdict_common: [task.held_out_part=verdict]                # verdict jobs only
+
+The tuning jobs must differ from the verdict's in the warm-start (`warmup.seed`) and in the held-out items
+(`task.held_out_part=tuning` against `verdict`): a choice scored on the verdict's checkpoint or test items
+would be scored on the test set. A protocol that keeps them shared says `shared_with_verdict: true` (the
+published six_losses_tuned of before, kept as what it was). A choice at the edge of its grid on a numeric
+axis did not bracket the optimum: `select` then prints no verdict commands but the axis extended one step
+beyond that edge (the grid's own ratio) with the tuning sweep that scores it, and exits 3; `--allow-edge`
+prints them anyway, marked. Every loss must get the same number of grid points (the same tuning budget;
+`equal_budget: false` allows otherwise, and the plan states each loss's). `select` reads a job's seed first and loads the metrics of the
 tuning seeds' jobs only: a verdict seed's run, wherever it lies, never enters a choice. It refuses a verdict
 seed that is also a tuning seed, and a grid point without every tuning seed finished.
 """
@@ -28,7 +37,9 @@ seed that is also a tuning seed, and a grid point without every tuning seed fini
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
+import math
 import shlex
 import sys
 from collections.abc import Callable
@@ -54,6 +65,7 @@ SCORES: dict[str, Callable[[Series], float]] = {
     "last_quarter": last_quarter_mean,
 }
 SENSITIVITY_KEY = "optim.lr"  # the sensitivity curves' x axis
+NOT_BRACKETED = 3  # `select`'s exit status when a choice sits at its grid's edge (no verdict commands)
 # The named protocols ship with the package (twinkle_exp/report/protocols/), so an installed wheel runs them.
 NAMED = Path(__file__).resolve().parent / "protocols"
 
@@ -82,6 +94,9 @@ class Protocol:
     common: list[str]
     losses: list[LossGrid]
     equal_budget: bool = True
+    tuning_common: list[str] = dataclasses.field(default_factory=list)  # the tuning jobs' own overrides
+    verdict_common: list[str] = dataclasses.field(default_factory=list)  # the verdict jobs' own overrides
+    shared_with_verdict: bool = False  # whether tuning may share the verdict's warm-start and items
 
 
 def _values(raw: Any) -> list[str]:
@@ -117,6 +132,9 @@ def load_protocol(where: str) -> Protocol:
         common=_values(raw.get("common", [])),
         losses=losses,
         equal_budget=bool(raw.get("equal_budget", True)),
+        tuning_common=_values(raw.get("tuning_common", [])),
+        verdict_common=_values(raw.get("verdict_common", [])),
+        shared_with_verdict=bool(raw.get("shared_with_verdict", False)),
     )
     check_protocol(p, str(path))
     return p
@@ -145,6 +163,21 @@ def check_protocol(p: Protocol, where: str) -> None:
         for key in g.grid:
             if override_key(key) == "seed":
                 problems.append(f"{g.name}: the grid may not hold the seed")
+    if not p.shared_with_verdict:
+        tuning, verdict = _assignments(p.common + p.tuning_common), _assignments(p.common + p.verdict_common)
+        for key, default, what in (
+            ("warmup.seed", "0", "warm-start"),
+            ("task.held_out_part", "all", "held-out items"),
+        ):
+            if tuning.get(key, default) == verdict.get(key, default) or "all" in (
+                tuning.get(key),
+                verdict.get(key),
+            ):
+                problems.append(
+                    f"tuning and verdict jobs share their {what} ({key}={tuning.get(key, default)}): give "
+                    f"tuning_common and verdict_common different {key} (held-out parts tuning / verdict), or "
+                    "say shared_with_verdict: true"
+                )
     if problems:
         raise ValueError(f"{where}: " + "; ".join(problems))
 
@@ -161,7 +194,44 @@ def plan_commands(p: Protocol) -> list[str]:
     out = []
     for g in p.losses:
         grid = [f"{k}={','.join(v)}" for k, v in g.grid.items()]
-        out.append(_sweep(p, "tuning", g.name, [*g.overrides, *grid], p.tuning_seeds))
+        out.append(_sweep(p, "tuning", g.name, [*p.tuning_common, *g.overrides, *grid], p.tuning_seeds))
+    return out
+
+
+def extended(g: LossGrid, best: PointScore) -> dict[str, str]:
+    """For each numeric key whose choice is at the grid's edge, the value one step beyond it, by the ratio of
+    the edge to its neighbour (log-spaced grids stay log-spaced; a grid through 0 steps by the difference)."""
+    out = {}
+    for key, value in best.point:
+        try:
+            tried, chosen = sorted({float(v) for v in g.grid[key]}), float(value)
+        except ValueError:
+            continue
+        if len(tried) < 2 or chosen not in (tried[0], tried[-1]):
+            continue
+        edge, neighbour = (tried[-1], tried[-2]) if chosen == tried[-1] else (tried[0], tried[1])
+        ratio = edge / neighbour if neighbour and edge / neighbour > 0 else None
+        beyond = edge * ratio if ratio and not math.isclose(ratio, 1.0) else edge + (edge - neighbour)
+        out[key] = f"{beyond:.3g}"
+    return out
+
+
+def extension_commands(p: Protocol, choices: list[Choice]) -> list[str]:
+    """For each loss chosen at an edge, the tuning sweep of its extended axis (the other axes as tried)."""
+    by_name, out = {g.name: g for g in p.losses}, []
+    for c in choices:
+        g = by_name[c.loss]
+        for key, beyond in extended(g, c.best).items():
+            grid = [f"{k}={beyond if k == key else ','.join(v)}" for k, v in g.grid.items()]
+            out.append(
+                _sweep(
+                    p,
+                    "tuning",
+                    f"{c.loss}_{key}_{beyond}",
+                    [*p.tuning_common, *g.overrides, *grid],
+                    p.tuning_seeds,
+                )
+            )
     return out
 
 
@@ -251,7 +321,16 @@ def verdict_commands(p: Protocol, choices: list[Choice]) -> list[str]:
     out = []
     for c in choices:
         chosen = [f"{k}={v}" for k, v in c.best.point]
-        parts = ["python", "-m", "twinkle_exp", "-m", *p.common, *by_name[c.loss].overrides, *chosen]
+        parts = [
+            "python",
+            "-m",
+            "twinkle_exp",
+            "-m",
+            *p.common,
+            *p.verdict_common,
+            *by_name[c.loss].overrides,
+        ]
+        parts += chosen
         parts += [f"seed={','.join(map(str, p.verdict_seeds))}", f"sweep_name={p.name}_verdict"]
         parts.append(f"hydra.sweep.dir=multirun/{p.name}/verdict")
         out.append(shlex.join(parts))
@@ -268,6 +347,11 @@ def main(argv: list[str] | None = None) -> int:
     chooser.add_argument("protocol")
     chooser.add_argument("dirs", nargs="+", type=Path)
     chooser.add_argument("--out", type=Path, default=None, help="the choices and verdict commands, as YAML")
+    chooser.add_argument(
+        "--allow-edge",
+        action="store_true",
+        help="print the verdict commands even for choices at a grid's edge",
+    )
     chooser.add_argument(
         "--plot",
         type=Path,
@@ -304,14 +388,26 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  ⚠ chosen at the edge of the grid: {', '.join(edges[c.loss])}; the best may lie beyond it"
             )
-    commands = verdict_commands(p, choices)
-    print("\n".join(commands))
     if args.plot is not None:
         plot_sensitivity(
             {c.loss: c.points for c in choices}, {c.loss: c.best for c in choices}, args.plot, SENSITIVITY_KEY,
             score=f"{p.score} of {p.metric}", seeds=len(p.tuning_seeds),
         )  # fmt: skip
         print(f"sensitivity curves: {args.plot}")
+    if edges and not args.allow_edge:
+        print(
+            f"no verdict commands: {len(edges)} loss(es) chose at the edge of their grid, which did not bracket "
+            "the optimum. Add each value below to its loss's grid in the protocol, run these tuning sweeps, and "
+            "select again with every tuning directory (or pass --allow-edge to publish the choices as at-edge):",
+            file=sys.stderr,
+        )
+        for c in choices:
+            for key, beyond in extended(grids[c.loss], c.best).items():
+                print(f"  {c.loss}: {key} += [{beyond}]", file=sys.stderr)
+        print("\n".join(extension_commands(p, choices)))
+        return NOT_BRACKETED
+    commands = verdict_commands(p, choices)
+    print("\n".join(commands))
     if args.out is not None:
         record = {
             "protocol": p.name,
