@@ -16,7 +16,7 @@ export WANDB_SILENT ?= true
 run: $(VENV)/.run-ready  ## the default experiment (ARGS="loss=sapo loss.tau=0.5" for others)
 	$(PY) -m twinkle_exp $(ARGS)
 
-test: $(VENV)/.test-ready  ## every test, as CI runs them (36-47 min on 2 cores)
+test: $(VENV)/.test-ready  ## every test, as CI runs them (about an hour on 2 cores: docs/performance.md#the-tests)
 	$(PY) -m pytest -q
 
 test-fast: $(VENV)/.test-ready  ## the unit tests only, for daily work (about 5 min on 2 cores)
