@@ -92,3 +92,17 @@ def with_lora(model, target_modules: list[str]):
             if "lora_B" in name:
                 p.normal_(std=0.1)
     return model
+
+
+def save_tiny_llama_for_vllm(directory):
+    """A tiny Llama and its character tokenizer saved to `directory` (vLLM loads a model from a folder): heads
+    of size 32, the smallest vLLM's CPU attention takes. Returns `directory`."""
+    from twinkle_exp.models import build_tiny_hf_model
+
+    tokenizer = char_level_hf_tokenizer()
+    model = build_tiny_hf_model(
+        len(tokenizer), hidden_size=64, intermediate_size=128, num_heads=2, max_position_embeddings=128
+    )
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory

